@@ -1,0 +1,178 @@
+//! Configuration: every binary reads one typed tree, built from its defaults, then an
+//! optional TOML file, then `IMESH__SECTION__KEY` environment variables (the names the Helm
+//! chart sets). A bad configuration is one clear error line.
+
+use std::{fmt, net::SocketAddr, path::Path, time::Duration};
+
+use serde::{Deserialize, de::DeserializeOwned};
+
+/// Loads `T` from `file` (if given) and the `IMESH__…` environment; absent keys keep
+/// `T::default()`'s values.
+pub fn load<T: DeserializeOwned + Default + serde::Serialize>(
+    file: Option<&Path>,
+) -> Result<T, config::ConfigError> {
+    let defaults = config::Config::try_from(&T::default())?;
+    let mut builder = config::Config::builder().add_source(defaults);
+    if let Some(file) = file {
+        builder = builder.add_source(config::File::from(file).required(true));
+    }
+    builder
+        .add_source(
+            config::Environment::with_prefix("IMESH")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true),
+        )
+        .build()?
+        .try_deserialize()
+}
+
+/// A value that must not appear in logs or `Debug` output.
+#[derive(Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// Credentials shared by every service of one deployment.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct AuthConfig {
+    /// Proves a gRPC call comes from inside the deployment (`x-imesh-internal`).
+    pub internal_secret: Secret,
+    /// HS256 key for the user tokens relation-svc issues and the gateway verifies.
+    pub jwt_secret: Secret,
+}
+
+impl AuthConfig {
+    /// Refuses to start with a missing secret rather than run open.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, secret) in [
+            ("auth.internal_secret", &self.internal_secret),
+            ("auth.jwt_secret", &self.jwt_secret),
+        ] {
+            if secret.expose().len() < 16 {
+                return Err(format!(
+                    "{name} must be set to at least 16 characters (IMESH__{}__{})",
+                    "AUTH",
+                    name.trim_start_matches("auth.").to_uppercase()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a service's gRPC server listens and protects itself.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct GrpcConfig {
+    pub listen: SocketAddr,
+    /// Per-request deadline.
+    pub timeout_ms: u64,
+    /// Requests in flight across all connections; more wait.
+    pub concurrency_limit: usize,
+    /// How long in-flight requests may take to finish after a shutdown signal.
+    pub grace_ms: u64,
+}
+
+impl GrpcConfig {
+    pub fn on(listen: SocketAddr) -> Self {
+        Self {
+            listen,
+            ..Self::default()
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    pub fn grace(&self) -> Duration {
+        Duration::from_millis(self.grace_ms)
+    }
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 50051)),
+            timeout_ms: 10_000,
+            concurrency_limit: 4096,
+            grace_ms: 20_000,
+        }
+    }
+}
+
+/// The SQL database a service owns.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct SqlConfig {
+    /// `sqlite://path?mode=rwc`, `postgres://…` or `mysql://…`.
+    pub url: Secret,
+    pub max_connections: u32,
+}
+
+impl Default for SqlConfig {
+    fn default() -> Self {
+        Self {
+            url: Secret::new("sqlite://data/imesh.db?mode=rwc"),
+            max_connections: 16,
+        }
+    }
+}
+
+/// Redis, when the deployment has one; absent means in-process adapters.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct RedisConfig {
+    /// `redis://host:port/db`; empty selects the in-process adapters.
+    pub url: Secret,
+    pub pool_size: usize,
+}
+
+impl RedisConfig {
+    pub fn url(&self) -> Option<&str> {
+        (!self.url.is_empty()).then(|| self.url.expose())
+    }
+}
+
+/// Tracing and export.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct TelemetryConfig {
+    /// An `EnvFilter` directive, e.g. `info,imesh=debug`; `RUST_LOG` wins when set.
+    pub log: String,
+    /// OTLP/gRPC collector, e.g. `http://otel-collector:4317`; empty disables export.
+    pub otlp_endpoint: String,
+    /// Emit JSON lines instead of human-readable logs.
+    pub json: bool,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            log: "info".into(),
+            otlp_endpoint: String::new(),
+            json: false,
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The one gRPC server bootstrap every service uses, and channels to other services.
+//!
+//! [`Server`] adds `grpc.health.v1` (SERVING once listening, NOT_SERVING while a readiness
+//! probe fails and from the first moment of shutdown), reflection (v1 and v1alpha, so
+//! grpcurl of any age works), a request span, a per-request timeout and a global
+//! concurrency limit. Shutdown runs in a fixed order: health NOT_SERVING → stop accepting →
+//! drain in-flight requests within the grace period → return (the caller closes pools).
+
+use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, time::Duration};
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{
+    body::Body,
+    server::NamedService,
+    service::{Routes, RoutesBuilder},
+    transport::{Channel, Endpoint},
+};
+use tonic_health::{ServingStatus, server::HealthReporter};
+use tower::Service;
+
+use crate::config::GrpcConfig;
+
+/// Answers whether the service's stores are reachable right now.
+pub type Readiness = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+
+const READINESS_INTERVAL: Duration = Duration::from_secs(5);
+
+pub struct Server {
+    config: GrpcConfig,
+    routes: RoutesBuilder,
+    names: Vec<&'static str>,
+    readiness: Option<Readiness>,
+}
+
+impl Server {
+    pub fn new(config: &GrpcConfig) -> Self {
+        Self {
+            config: config.clone(),
+            routes: Routes::builder(),
+            names: Vec::new(),
+            readiness: None,
+        }
+    }
+
+    /// Mounts a tonic service; its health status follows the server's.
+    pub fn add_service<S>(mut self, svc: S) -> Self
+    where
+        S: Service<http::Request<Body>, Error = Infallible>
+            + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Response: axum::response::IntoResponse,
+        S::Future: Send + 'static,
+    {
+        self.names.push(S::NAME);
+        self.routes.add_service(svc);
+        self
+    }
+
+    /// Polls `probe` every few seconds; while it answers false, health reports NOT_SERVING.
+    pub fn readiness(mut self, probe: Readiness) -> Self {
+        self.readiness = Some(probe);
+        self
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then drains within the grace period.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> anyhow::Result<()> {
+        let (health, health_service) = tonic_health::server::health_reporter();
+        let reflection_v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(imesh_protos::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()?;
+        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(imesh_protos::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()?;
+        let mut routes = self.routes;
+        routes
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha);
+        set_all(&health, &self.names, ServingStatus::Serving).await;
+        let probe_task = self
+            .readiness
+            .map(|probe| tokio::spawn(watch_readiness(probe, health.clone(), self.names.clone())));
+
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tonic::transport::Server::builder()
+            .timeout(self.config.timeout())
+            .tcp_nodelay(true)
+            .trace_fn(crate::telemetry::request_span)
+            .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+                self.config.concurrency_limit,
+            ))
+            .add_routes(routes.routes())
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                let _ = stop_rx.await;
+            });
+        tokio::pin!(server);
+        tokio::select! {
+            result = &mut server => return Ok(result?),
+            () = shutdown => {}
+        }
+        if let Some(task) = probe_task {
+            task.abort();
+        }
+        set_all(&health, &self.names, ServingStatus::NotServing).await;
+        let _ = stop_tx.send(());
+        match tokio::time::timeout(self.config.grace(), server).await {
+            Ok(result) => Ok(result?),
+            Err(_) => {
+                tracing::warn!(grace = ?self.config.grace(), "grace period ran out; dropping in-flight requests");
+                Ok(())
+            }
+        }
+    }
+}
+
+async fn set_all(health: &HealthReporter, names: &[&str], status: ServingStatus) {
+    health.set_service_status("", status).await;
+    for name in names {
+        health.set_service_status(name, status).await;
+    }
+}
+
+async fn watch_readiness(probe: Readiness, health: HealthReporter, names: Vec<&'static str>) {
+    let mut was_ready = true;
+    loop {
+        tokio::time::sleep(READINESS_INTERVAL).await;
+        let ready = probe().await;
+        if ready != was_ready {
+            tracing::warn!(ready, "store readiness changed");
+            let status = if ready {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            set_all(&health, &names, status).await;
+            was_ready = ready;
+        }
+    }
+}
+
+/// A lazily connecting channel to another service at `host:port` (or a full `http://` URI).
+pub fn channel(addr: &str) -> anyhow::Result<Channel> {
+    let uri = if addr.contains("://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    };
+    Ok(Endpoint::from_shared(uri)?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(3))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .connect_lazy())
+}
+
+/// Resolves when the process receives SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { () = ctrl_c => {}, () = term => {} }
+    tracing::info!("shutdown signal received");
+}

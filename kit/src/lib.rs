@@ -1,0 +1,26 @@
+//! The imesh service kit: what every service is built from.
+//!
+//! # Layout
+//! - [`config`]: one typed tree per binary, defaults → optional file → `IMESH__…` env vars.
+//! - [`telemetry`]: tracing always, OpenTelemetry OTLP export when an endpoint is configured.
+//! - [`grpc`]: the shared [`grpc::Server`] (health, reflection, tower stack, graceful shutdown)
+//!   and channels to other services.
+//! - [`identity`]: the internal credential and the caller (`x-imesh-actor`) of every call.
+//! - [`error`]: the pieces each service's error → `Status` mapping is made of.
+//! - [`ids`]: snowflake ids.
+//! - [`sql`], [`redis`]: store connections; [`seq`]: the seqsvr-style sequence allocator;
+//!   [`outbox`]: the transactional outbox and its relay.
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod error;
+pub mod grpc;
+pub mod identity;
+pub mod ids;
+pub mod outbox;
+pub mod redis;
+pub mod seq;
+pub mod sql;
+pub mod telemetry;
+pub mod testing;

@@ -1,0 +1,195 @@
+//! The transactional outbox (seed 001's "local message table"). A service inserts events
+//! with [`insert`] inside the same SQL transaction as the change they describe; one
+//! [`Relay`] per process hands them, oldest first and in batches, to a [`Sink`] (usually
+//! sync-svc over gRPC) and deletes them once the sink acknowledged. Failures back off
+//! exponentially and retry: delivery is at least once, so sinks MUST be idempotent.
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+use sea_orm_migration::{prelude::*, schema::*};
+use tokio::sync::Notify;
+
+use crate::error::StoreError;
+
+/// One pending event. `payload` is opaque to the kit (services store encoded protobuf).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub payload: Vec<u8>,
+}
+
+#[derive(Iden)]
+enum Col {
+    Id,
+    Payload,
+}
+
+/// Inserts `rows` into `table` on `conn` (pass the open transaction).
+pub async fn insert(
+    conn: &impl ConnectionTrait,
+    table: &str,
+    rows: &[OutboxRow],
+) -> Result<(), StoreError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut stmt = Query::insert();
+    stmt.into_table(Alias::new(table))
+        .columns([Col::Id, Col::Payload]);
+    for row in rows {
+        stmt.values_panic([row.id.into(), row.payload.clone().into()]);
+    }
+    conn.execute(&stmt).await?;
+    Ok(())
+}
+
+/// Reads and acknowledges the rows of one outbox table.
+#[derive(Clone)]
+pub struct SqlOutbox {
+    db: DatabaseConnection,
+    table: &'static str,
+}
+
+impl SqlOutbox {
+    pub fn new(db: DatabaseConnection, table: &'static str) -> Self {
+        Self { db, table }
+    }
+
+    /// The oldest pending rows, at most `limit`.
+    pub async fn pending(&self, limit: u64) -> Result<Vec<OutboxRow>, StoreError> {
+        let stmt = Query::select()
+            .columns([Col::Id, Col::Payload])
+            .from(Alias::new(self.table))
+            .order_by(Col::Id, Order::Asc)
+            .limit(limit)
+            .to_owned();
+        let rows = self.db.query_all(&stmt).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(OutboxRow {
+                    id: r.try_get("", "id")?,
+                    payload: r.try_get("", "payload")?,
+                })
+            })
+            .collect::<Result<_, sea_orm::DbErr>>()
+            .map_err(Into::into)
+    }
+
+    /// Removes delivered rows.
+    pub async fn remove(&self, ids: &[i64]) -> Result<(), StoreError> {
+        let stmt = Query::delete()
+            .from_table(Alias::new(self.table))
+            .and_where(Expr::col(Col::Id).is_in(ids.iter().copied()))
+            .to_owned();
+        self.db.execute(&stmt).await?;
+        Ok(())
+    }
+}
+
+/// Where relayed rows go. MUST be idempotent: a row may be handed over more than once.
+#[async_trait]
+pub trait Sink: Send + Sync + 'static {
+    async fn deliver(&self, rows: &[OutboxRow]) -> anyhow::Result<()>;
+}
+
+pub struct Relay {
+    outbox: SqlOutbox,
+    sink: Arc<dyn Sink>,
+    wake: Arc<Notify>,
+    batch: u64,
+}
+
+/// How often the relay looks for rows nobody woke it for (e.g. left by a crash).
+const IDLE_POLL: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+impl Relay {
+    pub fn new(outbox: SqlOutbox, sink: Arc<dyn Sink>, batch: u64) -> Self {
+        Self {
+            outbox,
+            sink,
+            wake: Arc::new(Notify::new()),
+            batch,
+        }
+    }
+
+    /// Call [`Notify::notify_one`] on this after committing new rows, to relay them now.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// Relays until `shutdown` completes (rows still pending stay for the next start).
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut backoff = Duration::ZERO;
+        loop {
+            let delay = if backoff.is_zero() {
+                IDLE_POLL
+            } else {
+                backoff
+            };
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = self.wake.notified(), if backoff.is_zero() => {}
+                () = tokio::time::sleep(delay) => {}
+            }
+            backoff = match self.drain().await {
+                Ok(()) => Duration::ZERO,
+                Err(e) => {
+                    let next = (backoff * 2).clamp(Duration::from_millis(50), MAX_BACKOFF);
+                    tracing::warn!(error = %format!("{e:#}"), retry_in = ?next, table = self.outbox.table, "outbox relay failed");
+                    next
+                }
+            };
+        }
+    }
+
+    /// Hands over every pending row, batch by batch.
+    async fn drain(&self) -> anyhow::Result<()> {
+        loop {
+            let rows = self.outbox.pending(self.batch).await?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            self.sink.deliver(&rows).await?;
+            let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+            self.outbox.remove(&ids).await?;
+            if (rows.len() as u64) < self.batch {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Creates an outbox table; include it in the service's migrator.
+pub struct Migration {
+    pub table: &'static str,
+    pub name: &'static str,
+}
+
+impl MigrationName for Migration {
+    fn name(&self) -> &str {
+        self.name
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table(Alias::new(self.table))
+                    .if_not_exists()
+                    .col(big_integer(Col::Id).primary_key())
+                    .col(blob(Col::Payload))
+                    .to_owned(),
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests;

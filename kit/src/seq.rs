@@ -1,0 +1,97 @@
+//! Sequence allocation, seqsvr style (DESIGN §4): counters live in Redis (`INCR`) or in
+//! process, and a ceiling persisted in SQL in steps bounds every value ever handed out. A
+//! counter that vanished (Redis flushed or restarted, process restarted) is re-created at
+//! the persisted ceiling, so a value is never handed out twice; at most one step is skipped.
+
+use std::{collections::HashMap, sync::Arc};
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+
+use crate::error::StoreError;
+
+mod memory;
+mod redis;
+mod sql;
+
+pub use self::sql::Migration;
+pub use self::{memory::MemoryCounters, redis::RedisCounters, sql::SqlCeilings};
+
+/// Where live counters are kept.
+#[async_trait]
+pub trait Counters: Send + Sync + 'static {
+    /// Adds one to each existing key and returns the new values, `None` for keys that do
+    /// not exist. MUST NOT create a missing key (that is how a lost counter is detected).
+    async fn incr_existing(&self, keys: &[&str]) -> Result<Vec<Option<i64>>, StoreError>;
+    /// Creates `key` at `floor` unless it already exists.
+    async fn init(&self, key: &str, floor: i64) -> Result<(), StoreError>;
+}
+
+/// Where ceilings are persisted.
+#[async_trait]
+pub trait Ceilings: Send + Sync + 'static {
+    /// The persisted ceiling of `key`, 0 when none was ever written.
+    async fn get(&self, key: &str) -> Result<i64, StoreError>;
+    /// Raises each key's ceiling to at least the given value; MUST never lower one.
+    async fn raise(&self, ceilings: &[(&str, i64)]) -> Result<(), StoreError>;
+}
+
+pub struct SeqAllocator {
+    counters: Arc<dyn Counters>,
+    ceilings: Arc<dyn Ceilings>,
+    step: i64,
+    /// Ceilings this process knows are persisted; values up to them are safe to hand out.
+    persisted: Mutex<HashMap<String, i64>>,
+}
+
+impl SeqAllocator {
+    /// `step`: how far ahead each persisted ceiling reaches (fewer SQL writes, a bigger gap
+    /// after a counter loss).
+    pub fn new(counters: Arc<dyn Counters>, ceilings: Arc<dyn Ceilings>, step: i64) -> Self {
+        assert!(step > 0, "seq step must be positive");
+        Self {
+            counters,
+            ceilings,
+            step,
+            persisted: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The next value of one sequence.
+    pub async fn next(&self, key: &str) -> Result<i64, StoreError> {
+        Ok(self.next_many(&[key]).await?[0])
+    }
+
+    /// The next value of each sequence, in the order given (keys should be distinct).
+    pub async fn next_many(&self, keys: &[&str]) -> Result<Vec<i64>, StoreError> {
+        let mut values = self.counters.incr_existing(keys).await?;
+        for (i, key) in keys.iter().enumerate() {
+            while values[i].is_none() {
+                let floor = self.ceilings.get(key).await?;
+                self.counters.init(key, floor).await?;
+                values[i] = self.counters.incr_existing(&[key]).await?[0];
+            }
+        }
+        let values: Vec<i64> = values.into_iter().map(|v| v.unwrap_or_default()).collect();
+        let to_raise: Vec<(&str, i64)> = {
+            let persisted = self.persisted.lock();
+            keys.iter()
+                .zip(&values)
+                .filter(|(k, v)| persisted.get(**k).is_none_or(|c| **v > *c))
+                .map(|(k, v)| (*k, v + self.step))
+                .collect()
+        };
+        if !to_raise.is_empty() {
+            self.ceilings.raise(&to_raise).await?;
+            let mut persisted = self.persisted.lock();
+            for (key, ceiling) in to_raise {
+                let known = persisted.entry(key.to_owned()).or_insert(ceiling);
+                *known = (*known).max(ceiling);
+            }
+        }
+        Ok(values)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,98 @@
+//! Ceilings in SQL: `seq_ceilings(name, ceiling)`, raised with a max() upsert.
+
+use async_trait::async_trait;
+use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, Statement, Value};
+use sea_orm_migration::{prelude::*, schema::*};
+
+use super::Ceilings;
+use crate::error::StoreError;
+
+const TABLE: &str = "seq_ceilings";
+
+#[derive(Clone)]
+pub struct SqlCeilings {
+    db: DatabaseConnection,
+}
+
+impl SqlCeilings {
+    pub fn new(db: DatabaseConnection) -> Self {
+        Self { db }
+    }
+}
+
+#[async_trait]
+impl Ceilings for SqlCeilings {
+    async fn get(&self, key: &str) -> Result<i64, StoreError> {
+        let backend = self.db.get_database_backend();
+        let sql = match backend {
+            DatabaseBackend::Postgres => "SELECT ceiling FROM seq_ceilings WHERE name = $1",
+            _ => "SELECT ceiling FROM seq_ceilings WHERE name = ?",
+        };
+        let row = self
+            .db
+            .query_one_raw(Statement::from_sql_and_values(backend, sql, [key.into()]))
+            .await?;
+        Ok(match row {
+            Some(row) => row.try_get::<i64>("", "ceiling")?,
+            None => 0,
+        })
+    }
+
+    async fn raise(&self, ceilings: &[(&str, i64)]) -> Result<(), StoreError> {
+        let backend = self.db.get_database_backend();
+        let mut values: Vec<Value> = Vec::with_capacity(ceilings.len() * 2);
+        let mut rows = Vec::with_capacity(ceilings.len());
+        for (i, (key, ceiling)) in ceilings.iter().enumerate() {
+            rows.push(match backend {
+                DatabaseBackend::Postgres => format!("(${}, ${})", 2 * i + 1, 2 * i + 2),
+                _ => "(?, ?)".to_owned(),
+            });
+            values.push((*key).into());
+            values.push((*ceiling).into());
+        }
+        let rows = rows.join(", ");
+        let sql = match backend {
+            DatabaseBackend::MySql => format!(
+                "INSERT INTO {TABLE} (name, ceiling) VALUES {rows} \
+                 ON DUPLICATE KEY UPDATE ceiling = GREATEST(ceiling, VALUES(ceiling))"
+            ),
+            DatabaseBackend::Postgres => format!(
+                "INSERT INTO {TABLE} (name, ceiling) VALUES {rows} ON CONFLICT (name) \
+                 DO UPDATE SET ceiling = GREATEST({TABLE}.ceiling, excluded.ceiling)"
+            ),
+            _ => format!(
+                "INSERT INTO {TABLE} (name, ceiling) VALUES {rows} ON CONFLICT (name) \
+                 DO UPDATE SET ceiling = max({TABLE}.ceiling, excluded.ceiling)"
+            ),
+        };
+        self.db
+            .execute_raw(Statement::from_sql_and_values(backend, sql, values))
+            .await?;
+        Ok(())
+    }
+}
+
+/// Creates `seq_ceilings`; include it in the migrator of every service that allocates seqs.
+pub struct Migration;
+
+impl MigrationName for Migration {
+    fn name(&self) -> &str {
+        "m20261201_000001_seq_ceilings"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table(Alias::new(TABLE))
+                    .if_not_exists()
+                    .col(string_len(Alias::new("name"), 191).primary_key())
+                    .col(big_integer(Alias::new("ceiling")))
+                    .to_owned(),
+            )
+            .await
+    }
+}

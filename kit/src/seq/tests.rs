@@ -1,0 +1,140 @@
+//! The allocator's contract, run over in-process and Redis counters and every SQL backend.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::testing::{self, Backend};
+
+async fn ceilings(backend: Backend) -> Arc<SqlCeilings> {
+    let config = testing::fresh_sql(backend).await.unwrap();
+    let db = crate::sql::connect(&config).await.unwrap();
+    let manager = sea_orm_migration::SchemaManager::new(&db);
+    sea_orm_migration::MigrationTrait::up(&Migration, &manager)
+        .await
+        .unwrap();
+    Arc::new(SqlCeilings::new(db))
+}
+
+async fn redis_counters() -> Option<(RedisCounters, fred::prelude::Pool)> {
+    let config = testing::redis()?;
+    let pool = crate::redis::connect(&config, config.url().unwrap())
+        .await
+        .unwrap();
+    Some((RedisCounters::new(pool.clone()), pool))
+}
+
+/// Values strictly increase, and after the counter is lost they resume above every value
+/// handed out before.
+async fn survives_counter_loss(
+    counters: Arc<dyn Counters>,
+    ceilings: Arc<SqlCeilings>,
+    lose: impl AsyncFn(&str),
+) {
+    let key = format!("{{t:{}}}:seq", testing::random_id());
+    let alloc = SeqAllocator::new(counters.clone(), ceilings.clone(), 10);
+    let first: Vec<i64> = {
+        let mut v = Vec::new();
+        for _ in 0..25 {
+            v.push(alloc.next(&key).await.unwrap());
+        }
+        v
+    };
+    assert_eq!(
+        first,
+        (1..=25).collect::<Vec<_>>(),
+        "dense in normal operation"
+    );
+    lose(&key).await;
+    // A new allocator too, as after a process restart: nothing is remembered but SQL.
+    let alloc = SeqAllocator::new(counters, ceilings, 10);
+    let after = alloc.next(&key).await.unwrap();
+    assert!(
+        after > 25,
+        "value {after} after counter loss must be above 25"
+    );
+    assert!(
+        after <= 25 + 10 + 1,
+        "at most one step is skipped, got {after}"
+    );
+    assert_eq!(alloc.next(&key).await.unwrap(), after + 1);
+}
+
+#[tokio::test]
+async fn memory_counters_survive_loss_on_every_sql_backend() {
+    for backend in testing::sql_backends() {
+        let counters = Arc::new(MemoryCounters::default());
+        let c = counters.clone();
+        survives_counter_loss(counters, ceilings(backend).await, async |_: &str| c.clear()).await;
+    }
+}
+
+#[tokio::test]
+async fn redis_counters_survive_a_deleted_key() {
+    let Some((counters, pool)) = redis_counters().await else {
+        return;
+    };
+    survives_counter_loss(
+        Arc::new(counters),
+        ceilings(Backend::Sqlite).await,
+        async |key: &str| {
+            use fred::prelude::KeysInterface;
+            let _: i64 = pool.del(key).await.unwrap();
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_allocations_never_repeat() {
+    let mut runs: Vec<Arc<dyn Counters>> = vec![Arc::new(MemoryCounters::default())];
+    if let Some((counters, _)) = redis_counters().await {
+        runs.push(Arc::new(counters));
+    }
+    for counters in runs {
+        let alloc = Arc::new(SeqAllocator::new(
+            counters,
+            ceilings(Backend::Sqlite).await,
+            7,
+        ));
+        let key = format!("{{t:{}}}:seq", testing::random_id());
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (alloc, key) = (alloc.clone(), key.clone());
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    for _ in 0..50 {
+                        got.push(alloc.next(&key).await.unwrap());
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all.sort_unstable();
+        assert_eq!(all, (1..=400).collect::<Vec<_>>());
+    }
+}
+
+#[tokio::test]
+async fn next_many_allocates_per_key_and_raises_ceilings_monotonically() {
+    for backend in testing::sql_backends() {
+        let ceilings = ceilings(backend).await;
+        let alloc = SeqAllocator::new(Arc::new(MemoryCounters::default()), ceilings.clone(), 100);
+        let (a, b) = (
+            format!("a{}", testing::random_id()),
+            format!("b{}", testing::random_id()),
+        );
+        assert_eq!(alloc.next_many(&[&a, &b]).await.unwrap(), vec![1, 1]);
+        assert_eq!(alloc.next_many(&[&a, &b]).await.unwrap(), vec![2, 2]);
+        assert_eq!(ceilings.get(&a).await.unwrap(), 101);
+        ceilings.raise(&[(&a, 50)]).await.unwrap();
+        assert_eq!(
+            ceilings.get(&a).await.unwrap(),
+            101,
+            "a ceiling never goes down"
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! Test support: the real stores a test runs against. SQLite always; PostgreSQL, MySQL and
+//! Redis when `IMESH_TEST_POSTGRES_URL`, `IMESH_TEST_MYSQL_URL` and `IMESH_TEST_REDIS_URL`
+//! are set (scripts/test starts the servers and sets them). With
+//! `IMESH_TEST_ALL_BACKENDS=1` a missing server is a test failure, not a skip.
+
+use rand::Rng;
+use sea_orm::{ConnectionTrait, Database};
+
+use crate::config::{RedisConfig, Secret, SqlConfig};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+fn env_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("IMESH_TEST_ALL_BACKENDS").as_deref() != Ok("1"),
+                "{var} is not set but IMESH_TEST_ALL_BACKENDS=1: run the tests through scripts/test"
+            );
+            None
+        }
+    }
+}
+
+/// Every SQL backend reachable from this test run.
+pub fn sql_backends() -> Vec<Backend> {
+    let mut backends = vec![Backend::Sqlite];
+    if env_url("IMESH_TEST_POSTGRES_URL").is_some() {
+        backends.push(Backend::Postgres);
+    }
+    if env_url("IMESH_TEST_MYSQL_URL").is_some() {
+        backends.push(Backend::MySql);
+    }
+    backends
+}
+
+/// A fresh, empty database on `backend`, private to the caller.
+pub async fn fresh_sql(backend: Backend) -> anyhow::Result<SqlConfig> {
+    let name = format!("t{}", rand::rng().random_range(0..u64::MAX / 2));
+    let url = match backend {
+        Backend::Sqlite => {
+            let dir = std::env::temp_dir().join("imesh-tests");
+            std::fs::create_dir_all(&dir)?;
+            format!("sqlite://{}/{name}.db?mode=rwc", dir.display())
+        }
+        Backend::Postgres | Backend::MySql => {
+            let var = if backend == Backend::Postgres {
+                "IMESH_TEST_POSTGRES_URL"
+            } else {
+                "IMESH_TEST_MYSQL_URL"
+            };
+            let server = std::env::var(var)?;
+            let admin = Database::connect(&server).await?;
+            admin
+                .execute_unprepared(&format!("CREATE DATABASE {name}"))
+                .await?;
+            admin.close().await?;
+            let base = server
+                .rsplit_once('/')
+                .map_or(server.as_str(), |(base, _)| base);
+            format!("{base}/{name}")
+        }
+    };
+    Ok(SqlConfig {
+        url: Secret::new(url),
+        max_connections: 8,
+    })
+}
+
+/// The test Redis, when one is configured.
+pub fn redis() -> Option<RedisConfig> {
+    env_url("IMESH_TEST_REDIS_URL").map(|url| RedisConfig {
+        url: Secret::new(url),
+        pool_size: 4,
+    })
+}
+
+/// A random positive id, so tests sharing one Redis or database never collide.
+pub fn random_id() -> i64 {
+    rand::rng().random_range(1_000_000..i64::MAX / 4)
+}

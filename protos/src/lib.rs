@@ -1,0 +1,52 @@
+//! The imesh wire contract: generated prost messages and tonic clients/servers for every
+//! package under `protos/imesh/`, mirrored as a module tree (`imesh::message::v1`, …) with
+//! short aliases at the root, plus [`FILE_DESCRIPTOR_SET`] for gRPC reflection.
+//!
+//! Internal packages (`relation`, `group`, `message`, `sync`, `notify`, gateway `Push`) are
+//! spoken between services; `gateway::v1::{ClientFrame, ServerFrame}` is the client protocol.
+
+#![allow(
+    unreachable_pub,
+    clippy::large_enum_variant,
+    clippy::doc_lazy_continuation
+)]
+
+pub mod imesh {
+    pub mod relation {
+        pub mod v1 {
+            tonic::include_proto!("imesh.relation.v1");
+        }
+    }
+    pub mod group {
+        pub mod v1 {
+            tonic::include_proto!("imesh.group.v1");
+        }
+    }
+    pub mod message {
+        pub mod v1 {
+            tonic::include_proto!("imesh.message.v1");
+        }
+    }
+    pub mod sync {
+        pub mod v1 {
+            tonic::include_proto!("imesh.sync.v1");
+        }
+    }
+    pub mod notify {
+        pub mod v1 {
+            tonic::include_proto!("imesh.notify.v1");
+        }
+    }
+    pub mod gateway {
+        pub mod v1 {
+            tonic::include_proto!("imesh.gateway.v1");
+        }
+    }
+}
+
+pub use imesh::{gateway::v1 as gateway, group::v1 as group, message::v1 as message};
+pub use imesh::{notify::v1 as notify, relation::v1 as relation, sync::v1 as sync};
+
+/// Encoded `FileDescriptorSet` of every imesh proto, for `tonic-reflection`.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/imesh_descriptor.bin"));

@@ -1,0 +1,70 @@
+# Sourced by scripts/test (and by hand: `source scripts/stores.sh && stores_start`).
+# Installs Redis, PostgreSQL and MariaDB from Debian's packages when missing, starts each on
+# loopback in a temporary directory, exports the IMESH_TEST_* URLs the tests read, and
+# stops them again with stores_stop.
+
+STORES_DIR=""
+REDIS_PORT=${IMESH_TEST_REDIS_PORT:-16379}
+PG_PORT=${IMESH_TEST_PG_PORT:-15432}
+MYSQL_PORT=${IMESH_TEST_MYSQL_PORT:-13306}
+
+stores_install() {
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+  command -v mariadbd >/dev/null || missing+=(mariadb-server)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+  local deadline=$((SECONDS + $1)) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then echo "$what did not start" >&2; return 1; fi
+    sleep 0.1
+  done
+}
+
+stores_start() {
+  stores_install
+  STORES_DIR=$(mktemp -d /tmp/imesh-stores.XXXXXX)
+  chmod 1777 "$STORES_DIR"  # the postgres and mysql users write logs and sockets here
+
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$STORES_DIR" --daemonize yes --pidfile "$STORES_DIR/redis.pid" --logfile "$STORES_DIR/redis.log"
+
+  local pgbin; pgbin=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | sort -V | tail -1)")
+  mkdir -p "$STORES_DIR/pg" && chown postgres "$STORES_DIR/pg"
+  runuser -u postgres -- "$pgbin/initdb" -D "$STORES_DIR/pg" -A trust -U postgres >/dev/null
+  runuser -u postgres -- "$pgbin/pg_ctl" -D "$STORES_DIR/pg" -l "$STORES_DIR/pg.log" -w start -o \
+    "-p $PG_PORT -k $STORES_DIR/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=500" >/dev/null
+
+  mkdir -p "$STORES_DIR/my" && chown mysql "$STORES_DIR/my"
+  mariadb-install-db --user=mysql --datadir="$STORES_DIR/my" --auth-root-authentication-method=normal >/dev/null
+  mariadbd --user=mysql --datadir="$STORES_DIR/my" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+    --socket="$STORES_DIR/my.sock" --pid-file="$STORES_DIR/my.pid" --innodb-flush-log-at-trx-commit=0 \
+    --skip-log-bin --max-connections=500 >"$STORES_DIR/my.log" 2>&1 &
+  wait_for 30 MariaDB mariadb --socket="$STORES_DIR/my.sock" -uroot -e 'SELECT 1'
+  mariadb --socket="$STORES_DIR/my.sock" -uroot -e \
+    "DELETE FROM mysql.global_priv WHERE User=''; FLUSH PRIVILEGES; CREATE USER imesh@'%' IDENTIFIED BY 'imesh'; GRANT ALL ON *.* TO imesh@'%';"
+  wait_for 10 Redis redis-cli -p "$REDIS_PORT" ping
+
+  export IMESH_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
+  export IMESH_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
+  export IMESH_TEST_MYSQL_URL="mysql://imesh:imesh@127.0.0.1:$MYSQL_PORT/mysql"
+  export IMESH_TEST_ALL_BACKENDS=1
+  echo "stores up in $STORES_DIR: redis :$REDIS_PORT, postgres :$PG_PORT, mariadb :$MYSQL_PORT"
+}
+
+stores_stop() {
+  [ -n "$STORES_DIR" ] || return 0
+  redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+  local pgbin; pgbin=$(dirname "$(ls /usr/lib/postgresql/*/bin/pg_ctl | sort -V | tail -1)")
+  runuser -u postgres -- "$pgbin/pg_ctl" -D "$STORES_DIR/pg" -m immediate stop >/dev/null 2>&1 || true
+  [ -f "$STORES_DIR/my.pid" ] && kill "$(cat "$STORES_DIR/my.pid")" 2>/dev/null || true
+  rm -rf "$STORES_DIR"
+  STORES_DIR=""
+}
