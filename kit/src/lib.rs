@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod grpc;
@@ -24,3 +25,4 @@ pub mod seq;
 pub mod sql;
 pub mod telemetry;
 pub mod testing;
+pub mod token;

@@ -1,0 +1,52 @@
+//! What every service binary does before wiring itself: read its settings and start
+//! telemetry. A bad configuration exits with one clear line.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+use crate::config::{AuthConfig, TelemetryConfig};
+
+/// A service binary's whole configuration: the shared sections and its own, flattened, so a
+/// Deployment sets e.g. `IMESH__DATABASE__URL` and `IMESH__AUTH__JWT_SECRET`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Settings<S> {
+    pub auth: AuthConfig,
+    pub telemetry: TelemetryConfig,
+    pub node_id: u16,
+    #[serde(flatten)]
+    pub service: S,
+}
+
+/// Loads `Settings<S>` from `--config FILE` (or `IMESH_CONFIG`) and the environment, starts
+/// telemetry, and exits the process with one line on any error.
+pub fn start<S>(service: &'static str) -> (Settings<S>, crate::telemetry::TelemetryGuard)
+where
+    S: DeserializeOwned + Serialize + Default,
+{
+    let file = config_file();
+    let settings: Settings<S> = crate::config::load(file.as_deref()).unwrap_or_else(|e| exit(service, e));
+    settings.auth.validate().unwrap_or_else(|e| exit(service, e));
+    let guard = crate::telemetry::init(service, &settings.telemetry).unwrap_or_else(|e| exit(service, e));
+    (settings, guard)
+}
+
+fn config_file() -> Option<PathBuf> {
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--config" {
+            return args.next().map(PathBuf::from);
+        }
+        if let Some(path) = arg.strip_prefix("--config=") {
+            return Some(PathBuf::from(path));
+        }
+    }
+    std::env::var_os("IMESH_CONFIG").map(PathBuf::from)
+}
+
+/// Prints `service: bad configuration: …` and exits with status 2.
+pub fn exit(service: &str, error: impl std::fmt::Display) -> ! {
+    eprintln!("{service}: bad configuration: {error}");
+    std::process::exit(2)
+}
