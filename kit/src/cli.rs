@@ -26,9 +26,14 @@ where
     S: DeserializeOwned + Serialize + Default,
 {
     let file = config_file();
-    let settings: Settings<S> = crate::config::load(file.as_deref()).unwrap_or_else(|e| exit(service, e));
-    settings.auth.validate().unwrap_or_else(|e| exit(service, e));
-    let guard = crate::telemetry::init(service, &settings.telemetry).unwrap_or_else(|e| exit(service, e));
+    let settings: Settings<S> =
+        crate::config::load(file.as_deref()).unwrap_or_else(|e| exit(service, e));
+    settings
+        .auth
+        .validate()
+        .unwrap_or_else(|e| exit(service, e));
+    let guard =
+        crate::telemetry::init(service, &settings.telemetry).unwrap_or_else(|e| exit(service, e));
     (settings, guard)
 }
 

@@ -58,3 +58,47 @@ fn sqlite_path(url: &str) -> Option<&str> {
     let path = rest.split('?').next().unwrap_or(rest);
     (path != ":memory:" && !path.is_empty()).then_some(path)
 }
+
+/// `INSERT rows … ON CONFLICT (key) DO UPDATE SET c = greatest(c, new c)` for each of
+/// `max_columns`: the monotonic upsert behind every "never moves back" value (ceilings,
+/// watermarks, cursors), written for whichever backend `backend` is.
+pub fn upsert_max(
+    backend: sea_orm::DatabaseBackend,
+    table: &str,
+    columns: &[&str],
+    key: &[&str],
+    max_columns: &[&str],
+    rows: Vec<Vec<sea_orm::Value>>,
+) -> sea_orm::Statement {
+    use sea_orm::DatabaseBackend::{MySql, Postgres};
+    let mut values = Vec::with_capacity(rows.len() * columns.len());
+    let mut tuples = Vec::with_capacity(rows.len());
+    for row in rows {
+        debug_assert_eq!(row.len(), columns.len());
+        let marks: Vec<String> = (0..row.len())
+            .map(|i| match backend {
+                Postgres => format!("${}", values.len() + i + 1),
+                _ => "?".to_owned(),
+            })
+            .collect();
+        tuples.push(format!("({})", marks.join(", ")));
+        values.extend(row);
+    }
+    let greatest = |col: &str| match backend {
+        MySql => format!("{col} = GREATEST({col}, VALUES({col}))"),
+        Postgres => format!("{col} = GREATEST({table}.{col}, excluded.{col})"),
+        _ => format!("{col} = max({table}.{col}, excluded.{col})"),
+    };
+    let updates: Vec<String> = max_columns.iter().map(|c| greatest(c)).collect();
+    let conflict = match backend {
+        MySql => "ON DUPLICATE KEY UPDATE".to_owned(),
+        _ => format!("ON CONFLICT ({}) DO UPDATE SET", key.join(", ")),
+    };
+    let sql = format!(
+        "INSERT INTO {table} ({}) VALUES {} {conflict} {}",
+        columns.join(", "),
+        tuples.join(", "),
+        updates.join(", ")
+    );
+    sea_orm::Statement::from_sql_and_values(backend, sql, values)
+}

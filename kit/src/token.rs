@@ -53,20 +53,31 @@ impl Tokens {
     pub fn issue(&self, user_id: i64) -> anyhow::Result<Issued> {
         let now = crate::ids::unix_ms() / 1000;
         let exp = now + self.ttl.as_secs() as i64;
-        let claims = Claims { sub: user_id.to_string(), iat: now, exp };
+        let claims = Claims {
+            sub: user_id.to_string(),
+            iat: now,
+            exp,
+        };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)?;
-        Ok(Issued { token, expires_at_ms: exp * 1000 })
+        Ok(Issued {
+            token,
+            expires_at_ms: exp * 1000,
+        })
     }
 
     /// The user a token was issued to.
     pub fn verify(&self, token: &str) -> Result<i64, TokenError> {
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation).map_err(
-            |e| match e.kind() {
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+            .map_err(|e| match e.kind() {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => TokenError::Expired,
                 _ => TokenError::Invalid,
-            },
-        )?;
-        data.claims.sub.parse().ok().filter(|id| *id > 0).ok_or(TokenError::Invalid)
+            })?;
+        data.claims
+            .sub
+            .parse()
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or(TokenError::Invalid)
     }
 }
 
@@ -92,7 +103,11 @@ mod tests {
         let other = tokens("another-secret-0123456", 60).issue(77).unwrap();
         assert_eq!(t.verify(&other.token), Err(TokenError::Invalid));
         assert_eq!(t.verify("not.a.jwt"), Err(TokenError::Invalid));
-        let claims = Claims { sub: "77".into(), iat: 0, exp: 1000 };
+        let claims = Claims {
+            sub: "77".into(),
+            iat: 0,
+            exp: 1000,
+        };
         let expired = jsonwebtoken::encode(&Header::default(), &claims, &t.encoding).unwrap();
         assert_eq!(t.verify(&expired), Err(TokenError::Expired));
     }

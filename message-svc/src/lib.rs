@@ -1,1 +1,149 @@
-//! placeholder
+//! message-svc: send and store messages, allocate conversation seqs, relay events to sync-svc.
+//!
+//! # Layout
+//! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
+//! - [`domain`]: the send path: validation, the permission gate, seq and id allocation.
+//! - [`store`]: the [`store::MessageStore`] port and its sea-orm adapter with migrations.
+//! - [`events`]: the outbox payload and the relay sink into sync-svc.
+//! - [`peers`]: clients of relation-svc used by the gate.
+//! - [`keys`]: counter key formats.
+//! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod domain;
+pub mod events;
+pub mod keys;
+pub mod peers;
+pub mod store;
+
+use std::sync::Arc;
+
+use imesh_kit::{
+    config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
+    grpc,
+    identity::{Caller, InternalAuth},
+    ids::Snowflake,
+    outbox::{Relay, SqlOutbox},
+    seq::{Counters, MemoryCounters, RedisCounters, SeqAllocator, SqlCeilings},
+};
+use imesh_protos::message::message_service_server::MessageServiceServer;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Config {
+    pub grpc: GrpcConfig,
+    pub database: SqlConfig,
+    pub redis: RedisConfig,
+    /// relation-svc's gRPC address (`host:port`).
+    pub relation_addr: String,
+    /// sync-svc's gRPC address.
+    pub sync_addr: String,
+    pub max_content_bytes: usize,
+    /// How far ahead each persisted seq ceiling reaches.
+    pub seq_step: i64,
+    /// Outbox rows handed to sync-svc per call.
+    pub outbox_batch: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            grpc: GrpcConfig::on(([0, 0, 0, 0], 50053).into()),
+            database: SqlConfig::default(),
+            redis: RedisConfig::default(),
+            relation_addr: "127.0.0.1:50051".into(),
+            sync_addr: "127.0.0.1:50054".into(),
+            max_content_bytes: 12 * 1024,
+            seq_step: 1000,
+            outbox_batch: 256,
+        }
+    }
+}
+
+/// message-svc, built and ready to serve.
+pub struct Service {
+    config: Config,
+    auth: AuthConfig,
+    messages: Arc<domain::Messages>,
+    relay: Relay,
+    db: sea_orm::DatabaseConnection,
+}
+
+impl Service {
+    /// Connects the stores, brings the schema up to date and wires the domain.
+    pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
+        let db =
+            imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
+        let counters: Arc<dyn Counters> = match config.redis.url() {
+            Some(url) => Arc::new(RedisCounters::new(
+                imesh_kit::redis::connect(&config.redis, url).await?,
+            )),
+            None => Arc::new(MemoryCounters::default()),
+        };
+        let seqs = SeqAllocator::new(
+            counters,
+            Arc::new(SqlCeilings::new(db.clone())),
+            config.seq_step,
+        );
+        let caller = Caller::new(&auth.internal_secret)?;
+        let sink = events::SyncSink::new(grpc::channel(&config.sync_addr)?, caller.clone());
+        let relay = Relay::new(
+            SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
+            Arc::new(sink),
+            config.outbox_batch,
+        );
+        let directory =
+            peers::RelationDirectory::new(grpc::channel(&config.relation_addr)?, caller);
+        let messages = domain::Messages::new(
+            Arc::new(store::sql::SqlMessageStore::new(db.clone())),
+            Arc::new(directory),
+            Arc::new(seqs),
+            Arc::new(Snowflake::new(node_id)),
+            events::encode_fanout,
+            relay.waker(),
+            domain::Limits {
+                max_content_bytes: config.max_content_bytes,
+            },
+        );
+        Ok(Self {
+            config,
+            auth: auth.clone(),
+            messages: Arc::new(messages),
+            relay,
+            db,
+        })
+    }
+
+    /// Serves gRPC and runs the outbox relay until `shutdown`; the relay stops after the
+    /// last in-flight request has drained.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> anyhow::Result<()> {
+        let stop_relay = CancellationToken::new();
+        let relay = tokio::spawn(self.relay.run(stop_relay.clone().cancelled_owned()));
+        let api = api::MessageApi::new(self.messages);
+        let db = self.db.clone();
+        let served = grpc::Server::new(&self.config.grpc)
+            .add_service(MessageServiceServer::with_interceptor(
+                api,
+                InternalAuth::new(&self.auth.internal_secret),
+            ))
+            .readiness(Arc::new(move || {
+                let db = db.clone();
+                Box::pin(async move { imesh_kit::sql::ping(&db).await })
+            }))
+            .serve(listener, shutdown)
+            .await;
+        stop_relay.cancel();
+        relay.await?;
+        self.db.close().await?;
+        served
+    }
+}

@@ -32,14 +32,20 @@ pub enum Error {
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
-    Error::Invalid { field, reason: reason.into() }
+    Error::Invalid {
+        field,
+        reason: reason.into(),
+    }
 }
 
 /// A checked username: 3–32 of `[a-z0-9_.-]`.
 pub fn parse_username(raw: &str) -> Result<String, Error> {
     let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c);
     if !(3..=32).contains(&raw.len()) || !raw.chars().all(ok_char) {
-        return Err(invalid("username", "must be 3–32 characters of a-z, 0-9, '_', '.', '-'"));
+        return Err(invalid(
+            "username",
+            "must be 3–32 characters of a-z, 0-9, '_', '.', '-'",
+        ));
     }
     Ok(raw.to_owned())
 }
@@ -80,15 +86,32 @@ impl Accounts {
         Self { store, ids, tokens }
     }
 
-    pub async fn register(&self, username: &str, password: &str, nickname: &str) -> Result<User, Error> {
+    pub async fn register(
+        &self,
+        username: &str,
+        password: &str,
+        nickname: &str,
+    ) -> Result<User, Error> {
         let username = parse_username(username)?;
         let password = parse_password(password)?.to_owned();
         let nickname = parse_nickname(nickname, &username)?;
         let password_hash = tokio::task::spawn_blocking(move || hash_password(&password))
             .await
             .map_err(|e| Error::Hashing(e.to_string()))??;
-        let user = User { id: self.ids.next_id(), username, nickname, created_at_ms: imesh_kit::ids::unix_ms() };
-        match self.store.insert(&NewUser { user: user.clone(), password_hash }).await {
+        let user = User {
+            id: self.ids.next_id(),
+            username,
+            nickname,
+            created_at_ms: imesh_kit::ids::unix_ms(),
+        };
+        match self
+            .store
+            .insert(&NewUser {
+                user: user.clone(),
+                password_hash,
+            })
+            .await
+        {
             Ok(()) => Ok(user),
             Err(StoreError::Conflict(_)) => Err(Error::UsernameTaken),
             Err(e) => Err(e.into()),
@@ -109,13 +132,20 @@ impl Accounts {
             return Err(Error::BadCredentials);
         }
         let issued = self.tokens.issue(found.user.id).map_err(Error::Token)?;
-        Ok(Login { token: issued.token, expires_at_ms: issued.expires_at_ms, user: found.user })
+        Ok(Login {
+            token: issued.token,
+            expires_at_ms: issued.expires_at_ms,
+            user: found.user,
+        })
     }
 
     /// The users among `ids` that exist; unknown ids are left out.
     pub async fn users(&self, ids: &[i64]) -> Result<Vec<User>, Error> {
         if ids.len() > MAX_USERS_PER_CALL {
-            return Err(invalid("user_ids", format!("at most {MAX_USERS_PER_CALL} per call")));
+            return Err(invalid(
+                "user_ids",
+                format!("at most {MAX_USERS_PER_CALL} per call"),
+            ));
         }
         Ok(self.store.by_ids(ids).await?)
     }
@@ -131,7 +161,9 @@ fn hash_password(password: &str) -> Result<String, Error> {
 
 fn verify_password(password: &str, hash: &str) -> bool {
     use argon2::{Argon2, PasswordVerifier};
-    Argon2::default().verify_password(password.as_bytes(), hash).is_ok()
+    Argon2::default()
+        .verify_password(password.as_bytes(), hash)
+        .is_ok()
 }
 
 #[cfg(test)]
@@ -142,7 +174,16 @@ mod tests {
     fn usernames_are_checked() {
         assert!(parse_username("alice_01").is_ok());
         for bad in ["al", "Alice", "a b c", &"x".repeat(33), "ali$e"] {
-            assert!(matches!(parse_username(bad), Err(Error::Invalid { field: "username", .. })), "{bad}");
+            assert!(
+                matches!(
+                    parse_username(bad),
+                    Err(Error::Invalid {
+                        field: "username",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
         }
     }
 

@@ -15,7 +15,13 @@ pub mod store;
 
 use std::{sync::Arc, time::Duration};
 
-use imesh_kit::{config::{AuthConfig, GrpcConfig, SqlConfig}, grpc, identity::InternalAuth, ids::Snowflake, token::Tokens};
+use imesh_kit::{
+    config::{AuthConfig, GrpcConfig, SqlConfig},
+    grpc,
+    identity::InternalAuth,
+    ids::Snowflake,
+    token::Tokens,
+};
 use imesh_protos::relation::relation_service_server::RelationServiceServer;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -50,11 +56,21 @@ pub struct Service {
 impl Service {
     /// Connects the database and brings its schema up to date.
     pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
-        let db = imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
+        let db =
+            imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
         let tokens = Tokens::new(&auth.jwt_secret, Duration::from_secs(config.token_ttl_secs))?;
         let store = Arc::new(store::sql::SqlUserStore::new(db.clone()));
-        let accounts = Arc::new(domain::Accounts::new(store, Arc::new(Snowflake::new(node_id)), tokens));
-        Ok(Self { config, auth: auth.clone(), accounts, db })
+        let accounts = Arc::new(domain::Accounts::new(
+            store,
+            Arc::new(Snowflake::new(node_id)),
+            tokens,
+        ));
+        Ok(Self {
+            config,
+            auth: auth.clone(),
+            accounts,
+            db,
+        })
     }
 
     pub async fn serve(
@@ -65,7 +81,10 @@ impl Service {
         let api = api::RelationApi::new(self.accounts);
         let db = self.db.clone();
         grpc::Server::new(&self.config.grpc)
-            .add_service(RelationServiceServer::with_interceptor(api, InternalAuth::new(&self.auth.internal_secret)))
+            .add_service(RelationServiceServer::with_interceptor(
+                api,
+                InternalAuth::new(&self.auth.internal_secret),
+            ))
             .readiness(Arc::new(move || {
                 let db = db.clone();
                 Box::pin(async move { imesh_kit::sql::ping(&db).await })

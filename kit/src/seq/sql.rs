@@ -1,7 +1,7 @@
 //! Ceilings in SQL: `seq_ceilings(name, ceiling)`, raised with a max() upsert.
 
 use async_trait::async_trait;
-use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, Statement, Value};
+use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, Statement};
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::Ceilings;
@@ -39,35 +39,20 @@ impl Ceilings for SqlCeilings {
     }
 
     async fn raise(&self, ceilings: &[(&str, i64)]) -> Result<(), StoreError> {
+        let rows = ceilings
+            .iter()
+            .map(|(key, ceiling)| vec![(*key).into(), (*ceiling).into()])
+            .collect();
         let backend = self.db.get_database_backend();
-        let mut values: Vec<Value> = Vec::with_capacity(ceilings.len() * 2);
-        let mut rows = Vec::with_capacity(ceilings.len());
-        for (i, (key, ceiling)) in ceilings.iter().enumerate() {
-            rows.push(match backend {
-                DatabaseBackend::Postgres => format!("(${}, ${})", 2 * i + 1, 2 * i + 2),
-                _ => "(?, ?)".to_owned(),
-            });
-            values.push((*key).into());
-            values.push((*ceiling).into());
-        }
-        let rows = rows.join(", ");
-        let sql = match backend {
-            DatabaseBackend::MySql => format!(
-                "INSERT INTO {TABLE} (name, ceiling) VALUES {rows} \
-                 ON DUPLICATE KEY UPDATE ceiling = GREATEST(ceiling, VALUES(ceiling))"
-            ),
-            DatabaseBackend::Postgres => format!(
-                "INSERT INTO {TABLE} (name, ceiling) VALUES {rows} ON CONFLICT (name) \
-                 DO UPDATE SET ceiling = GREATEST({TABLE}.ceiling, excluded.ceiling)"
-            ),
-            _ => format!(
-                "INSERT INTO {TABLE} (name, ceiling) VALUES {rows} ON CONFLICT (name) \
-                 DO UPDATE SET ceiling = max({TABLE}.ceiling, excluded.ceiling)"
-            ),
-        };
-        self.db
-            .execute_raw(Statement::from_sql_and_values(backend, sql, values))
-            .await?;
+        let stmt = crate::sql::upsert_max(
+            backend,
+            TABLE,
+            &["name", "ceiling"],
+            &["name"],
+            &["ceiling"],
+            rows,
+        );
+        self.db.execute_raw(stmt).await?;
         Ok(())
     }
 }

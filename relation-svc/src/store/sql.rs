@@ -31,7 +31,15 @@ mod users {
 }
 
 fn to_user(m: users::Model) -> (User, String) {
-    (User { id: m.id, username: m.username, nickname: m.nickname, created_at_ms: m.created_at_ms }, m.password_hash)
+    (
+        User {
+            id: m.id,
+            username: m.username,
+            nickname: m.nickname,
+            created_at_ms: m.created_at_ms,
+        },
+        m.password_hash,
+    )
 }
 
 #[derive(Clone)]
@@ -55,20 +63,31 @@ impl UserStore for SqlUserStore {
             password_hash: Set(new.password_hash.clone()),
             created_at_ms: Set(new.user.created_at_ms),
         };
-        users::Entity::insert(row).exec_without_returning(&self.db).await?;
+        users::Entity::insert(row)
+            .exec_without_returning(&self.db)
+            .await?;
         Ok(())
     }
 
     async fn by_username(&self, username: &str) -> Result<Option<StoredUser>, StoreError> {
-        let found = users::Entity::find().filter(users::Column::Username.eq(username)).one(&self.db).await?;
-        Ok(found.map(to_user).map(|(user, password_hash)| StoredUser { user, password_hash }))
+        let found = users::Entity::find()
+            .filter(users::Column::Username.eq(username))
+            .one(&self.db)
+            .await?;
+        Ok(found.map(to_user).map(|(user, password_hash)| StoredUser {
+            user,
+            password_hash,
+        }))
     }
 
     async fn by_ids(&self, ids: &[i64]) -> Result<Vec<User>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let found = users::Entity::find().filter(users::Column::Id.is_in(ids.iter().copied())).all(&self.db).await?;
+        let found = users::Entity::find()
+            .filter(users::Column::Id.is_in(ids.iter().copied()))
+            .all(&self.db)
+            .await?;
         Ok(found.into_iter().map(|m| to_user(m).0).collect())
     }
 }

@@ -1,0 +1,83 @@
+//! gRPC handlers of message-svc: wire types stop here.
+
+use std::sync::Arc;
+
+use imesh_kit::{error, identity};
+use imesh_protos::message::{self as pb, message_service_server::MessageService};
+use tonic::{Request, Response, Status};
+
+use crate::domain::{Content, Error, Messages, SendCommand, Sent, Target};
+
+pub struct MessageApi {
+    messages: Arc<Messages>,
+}
+
+impl MessageApi {
+    pub fn new(messages: Arc<Messages>) -> Self {
+        Self { messages }
+    }
+}
+
+#[tonic::async_trait]
+impl MessageService for MessageApi {
+    async fn send(
+        &self,
+        request: Request<pb::SendRequest>,
+    ) -> Result<Response<pb::SendResponse>, Status> {
+        let sender = identity::actor(&request)?.user()?;
+        let pb::SendRequest {
+            client_msg_id,
+            to,
+            content,
+        } = request.into_inner();
+        let command = SendCommand {
+            client_msg_id,
+            to: to.map(target_from_proto),
+            content: content.and_then(|c| c.kind).map(content_from_proto),
+        };
+        let sent = self.messages.send(sender, command).await.map_err(status)?;
+        Ok(Response::new(sent_to_proto(sent)))
+    }
+}
+
+fn target_from_proto(to: pb::send_request::To) -> Target {
+    match to {
+        pb::send_request::To::UserId(id) => Target::User(id),
+        pb::send_request::To::GroupId(id) => Target::Group(id),
+    }
+}
+
+fn content_from_proto(kind: pb::content::Kind) -> Content {
+    match kind {
+        pb::content::Kind::Text(pb::Text { text }) => Content::Text(text),
+        pb::content::Kind::Custom(pb::Custom { json }) => Content::Custom(json),
+    }
+}
+
+fn sent_to_proto(sent: Sent) -> pb::SendResponse {
+    pb::SendResponse {
+        msg_id: sent.msg_id,
+        conversation_id: sent.conversation_id,
+        seq: sent.seq,
+        server_time_ms: sent.server_time_ms,
+        duplicate: sent.duplicate,
+    }
+}
+
+/// The one place message-svc errors become gRPC statuses.
+fn status(err: Error) -> Status {
+    match err {
+        Error::Invalid { field, reason } => error::invalid(field, reason),
+        Error::TooLarge { .. } => Status::invalid_argument(err.to_string()),
+        Error::UnknownUser(_) => Status::not_found(err.to_string()),
+        Error::GroupsUnsupported => Status::unimplemented(err.to_string()),
+        Error::Store(imesh_kit::error::StoreError::Unavailable(ref e)) => {
+            error::unavailable(e.as_ref())
+        }
+        Error::Store(ref e) => error::internal(e),
+        Error::Directory(ref e) => {
+            tracing::error!(error = %format!("{e:#}"), "relation-svc call failed");
+            Status::unavailable("relation-svc is unavailable; retry later")
+        }
+    }
+}

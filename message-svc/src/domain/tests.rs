@@ -1,0 +1,127 @@
+//! The send path over a real SQLite store with in-process counters and a fake directory.
+
+use std::sync::Arc;
+
+use imesh_kit::{
+    outbox::SqlOutbox,
+    seq::{MemoryCounters, SqlCeilings},
+    testing,
+};
+
+use super::*;
+use crate::store::{
+    OUTBOX_TABLE,
+    sql::{Migrator, SqlMessageStore},
+};
+
+struct Users(Vec<i64>);
+
+#[async_trait::async_trait]
+impl Directory for Users {
+    async fn existing(&self, ids: &[i64]) -> anyhow::Result<Vec<i64>> {
+        Ok(ids
+            .iter()
+            .copied()
+            .filter(|id| self.0.contains(id))
+            .collect())
+    }
+}
+
+async fn messages() -> (Messages, SqlOutbox) {
+    let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
+    let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
+        .await
+        .unwrap();
+    let seqs = SeqAllocator::new(
+        Arc::new(MemoryCounters::default()),
+        Arc::new(SqlCeilings::new(db.clone())),
+        100,
+    );
+    let messages = Messages::new(
+        Arc::new(SqlMessageStore::new(db.clone())),
+        Arc::new(Users(vec![1, 2])),
+        Arc::new(seqs),
+        Arc::new(Snowflake::new(0)),
+        crate::events::encode_fanout,
+        Arc::new(Notify::new()),
+        Limits {
+            max_content_bytes: 16,
+        },
+    );
+    (messages, SqlOutbox::new(db, OUTBOX_TABLE))
+}
+
+fn text(client_msg_id: &str, to: i64, body: &str) -> SendCommand {
+    SendCommand {
+        client_msg_id: client_msg_id.into(),
+        to: Some(Target::User(to)),
+        content: Some(Content::Text(body.into())),
+    }
+}
+
+#[tokio::test]
+async fn sends_get_increasing_seqs_in_one_direct_conversation_from_both_sides() {
+    let (messages, outbox) = messages().await;
+    let a = messages.send(1, text("c1", 2, "hi")).await.unwrap();
+    let b = messages.send(2, text("c1", 1, "hello")).await.unwrap();
+    assert_eq!(a.conversation_id, "d:1:2");
+    assert_eq!(b.conversation_id, "d:1:2");
+    assert_eq!((a.seq, b.seq), (1, 2));
+    assert!(!a.duplicate && !b.duplicate);
+    assert_eq!(outbox.pending(10).await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_retried_client_msg_id_returns_the_first_ack_and_stores_nothing() {
+    let (messages, outbox) = messages().await;
+    let first = messages.send(1, text("same", 2, "hi")).await.unwrap();
+    let again = messages.send(1, text("same", 2, "hi")).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(
+        (again.msg_id, again.seq, again.server_time_ms),
+        (first.msg_id, first.seq, first.server_time_ms)
+    );
+    assert_eq!(outbox.pending(10).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn bad_sends_name_their_field_and_store_nothing() {
+    let (messages, outbox) = messages().await;
+    let cases = [
+        (text("", 2, "hi"), "client_msg_id"),
+        (text("x", 2, "   "), "content.text"),
+        (
+            SendCommand {
+                to: None,
+                ..text("x", 2, "hi")
+            },
+            "to",
+        ),
+        (
+            SendCommand {
+                content: Some(Content::Custom("{nope".into())),
+                ..text("x", 2, "")
+            },
+            "content.custom.json",
+        ),
+        (text("x", 1, "self"), "user_id"),
+    ];
+    for (command, field) in cases {
+        match messages.send(1, command).await {
+            Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("expected invalid {field}, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        messages.send(1, text("x", 2, &"y".repeat(17))).await,
+        Err(Error::TooLarge {
+            size: 17,
+            limit: 16
+        })
+    ));
+    assert!(matches!(
+        messages.send(1, text("x", 99, "hi")).await,
+        Err(Error::UnknownUser(99))
+    ));
+    assert!(outbox.pending(10).await.unwrap().is_empty());
+}

@@ -1,0 +1,92 @@
+//! The message domain's value types and their parsing rules.
+
+use super::{Error, invalid};
+
+/// A conversation: `d:<lo>:<hi>` between two users, `g:<group>` for a group.
+pub type ConversationId = String;
+
+/// The one conversation between two users, whichever of them writes.
+pub fn direct_conversation(a: i64, b: i64) -> ConversationId {
+    let (lo, hi) = if a < b { (a, b) } else { (b, a) };
+    format!("d:{lo}:{hi}")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    User(i64),
+    Group(i64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    Text(String),
+    /// Application JSON, opaque to imesh.
+    Custom(String),
+}
+
+impl Content {
+    pub fn validate(&self, limit: usize) -> Result<(), Error> {
+        let (field, body) = match self {
+            Self::Text(text) => ("content.text", text),
+            Self::Custom(json) => ("content.custom.json", json),
+        };
+        if body.trim().is_empty() {
+            return Err(invalid(field, "must not be empty"));
+        }
+        if body.len() > limit {
+            return Err(Error::TooLarge {
+                size: body.len(),
+                limit,
+            });
+        }
+        if let Self::Custom(json) = self {
+            serde_json::from_str::<serde::de::IgnoredAny>(json)
+                .map_err(|e| invalid(field, format!("is not JSON: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub msg_id: i64,
+    pub conversation_id: ConversationId,
+    pub seq: i64,
+    pub sender_id: i64,
+    pub client_msg_id: String,
+    pub content: Content,
+    pub server_time_ms: i64,
+}
+
+/// The acknowledgement of a send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub msg_id: i64,
+    pub conversation_id: ConversationId,
+    pub seq: i64,
+    pub server_time_ms: i64,
+    /// True when this answers a retry of an earlier send.
+    pub duplicate: bool,
+}
+
+impl Sent {
+    pub fn of(message: &Message) -> Self {
+        Self {
+            msg_id: message.msg_id,
+            conversation_id: message.conversation_id.clone(),
+            seq: message.seq,
+            server_time_ms: message.server_time_ms,
+            duplicate: false,
+        }
+    }
+}
+
+pub(super) fn parse_client_msg_id(raw: &str) -> Result<String, Error> {
+    if raw.is_empty() || raw.len() > 64 || raw.chars().any(char::is_control) {
+        return Err(invalid(
+            "client_msg_id",
+            "must be 1–64 printable characters",
+        ));
+    }
+    Ok(raw.to_owned())
+}

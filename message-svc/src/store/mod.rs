@@ -1,0 +1,30 @@
+//! The storage port of message-svc. Adapter: [`sql`] (sea-orm: SQLite, PostgreSQL, MySQL).
+
+use async_trait::async_trait;
+use imesh_kit::{error::StoreError, outbox::OutboxRow};
+
+use crate::domain::{Message, Sent};
+
+pub mod sql;
+
+/// The outbox table message-svc's relay drains.
+pub const OUTBOX_TABLE: &str = "message_outbox";
+
+#[async_trait]
+pub trait MessageStore: Send + Sync + 'static {
+    /// The stored result of `sender`'s send with this `client_msg_id`, if there was one.
+    async fn find_sent(&self, sender: i64, client_msg_id: &str)
+    -> Result<Option<Sent>, StoreError>;
+    /// In one transaction: stores `message`, raises its conversation's max seq (never
+    /// lowers it) and queues `event` in the outbox. MUST fail with `Conflict`, storing
+    /// nothing, when `(sender, client_msg_id)` or `(conversation, seq)` is already stored.
+    async fn append(&self, message: &Message, event: OutboxRow) -> Result<(), StoreError>;
+    /// One stored message.
+    async fn message(&self, conversation_id: &str, seq: i64)
+    -> Result<Option<Message>, StoreError>;
+    /// The highest seq stored in a conversation, 0 for none.
+    async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError>;
+}
+
+#[cfg(test)]
+mod tests;

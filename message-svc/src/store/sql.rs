@@ -1,0 +1,239 @@
+//! The sea-orm adapter of [`MessageStore`] and message-svc's migrations.
+
+use async_trait::async_trait;
+use imesh_kit::{
+    error::StoreError,
+    outbox::{self, OutboxRow},
+};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    TransactionTrait,
+};
+use sea_orm_migration::{prelude::*, schema::*};
+
+use super::{MessageStore, OUTBOX_TABLE};
+use crate::domain::{Content, Message, Sent};
+
+#[allow(unreachable_pub)]
+mod messages {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "messages")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub msg_id: i64,
+        pub conversation_id: String,
+        pub seq: i64,
+        pub sender_id: i64,
+        pub client_msg_id: String,
+        /// 1 text, 2 custom JSON.
+        pub kind: i16,
+        pub body: String,
+        pub server_time_ms: i64,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+const KIND_TEXT: i16 = 1;
+const KIND_CUSTOM: i16 = 2;
+
+fn to_message(m: messages::Model) -> Result<Message, StoreError> {
+    let content = match m.kind {
+        KIND_TEXT => Content::Text(m.body),
+        KIND_CUSTOM => Content::Custom(m.body),
+        other => {
+            return Err(StoreError::Unavailable(anyhow::anyhow!(
+                "message {} has unknown kind {other}",
+                m.msg_id
+            )));
+        }
+    };
+    Ok(Message {
+        msg_id: m.msg_id,
+        conversation_id: m.conversation_id,
+        seq: m.seq,
+        sender_id: m.sender_id,
+        client_msg_id: m.client_msg_id,
+        content,
+        server_time_ms: m.server_time_ms,
+    })
+}
+
+#[derive(Clone)]
+pub struct SqlMessageStore {
+    db: DatabaseConnection,
+}
+
+impl SqlMessageStore {
+    pub fn new(db: DatabaseConnection) -> Self {
+        Self { db }
+    }
+}
+
+#[async_trait]
+impl MessageStore for SqlMessageStore {
+    async fn find_sent(
+        &self,
+        sender: i64,
+        client_msg_id: &str,
+    ) -> Result<Option<Sent>, StoreError> {
+        let found = messages::Entity::find()
+            .filter(messages::Column::SenderId.eq(sender))
+            .filter(messages::Column::ClientMsgId.eq(client_msg_id))
+            .one(&self.db)
+            .await?;
+        Ok(found.map(|m| Sent {
+            msg_id: m.msg_id,
+            conversation_id: m.conversation_id,
+            seq: m.seq,
+            server_time_ms: m.server_time_ms,
+            duplicate: false,
+        }))
+    }
+
+    async fn append(&self, message: &Message, event: OutboxRow) -> Result<(), StoreError> {
+        let (kind, body) = match &message.content {
+            Content::Text(text) => (KIND_TEXT, text.clone()),
+            Content::Custom(json) => (KIND_CUSTOM, json.clone()),
+        };
+        let row = messages::ActiveModel {
+            msg_id: Set(message.msg_id),
+            conversation_id: Set(message.conversation_id.clone()),
+            seq: Set(message.seq),
+            sender_id: Set(message.sender_id),
+            client_msg_id: Set(message.client_msg_id.clone()),
+            kind: Set(kind),
+            body: Set(body),
+            server_time_ms: Set(message.server_time_ms),
+        };
+        let txn = self.db.begin().await?;
+        messages::Entity::insert(row)
+            .exec_without_returning(&txn)
+            .await?;
+        let raise = imesh_kit::sql::upsert_max(
+            txn.get_database_backend(),
+            "conversations",
+            &["id", "max_seq", "updated_at_ms"],
+            &["id"],
+            &["max_seq", "updated_at_ms"],
+            vec![vec![
+                message.conversation_id.clone().into(),
+                message.seq.into(),
+                message.server_time_ms.into(),
+            ]],
+        );
+        txn.execute_raw(raise).await?;
+        outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
+        txn.commit().await?;
+        Ok(())
+    }
+
+    async fn message(
+        &self,
+        conversation_id: &str,
+        seq: i64,
+    ) -> Result<Option<Message>, StoreError> {
+        messages::Entity::find()
+            .filter(messages::Column::ConversationId.eq(conversation_id))
+            .filter(messages::Column::Seq.eq(seq))
+            .one(&self.db)
+            .await?
+            .map(to_message)
+            .transpose()
+    }
+
+    async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError> {
+        let backend = self.db.get_database_backend();
+        let stmt = Query::select()
+            .column(Alias::new("max_seq"))
+            .from(Alias::new("conversations"))
+            .and_where(Expr::col(Alias::new("id")).eq(conversation_id))
+            .to_owned();
+        let row = self.db.query_one_raw(backend.build(&stmt)).await?;
+        Ok(row
+            .map(|r| r.try_get::<i64>("", "max_seq"))
+            .transpose()?
+            .unwrap_or(0))
+    }
+}
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(imesh_kit::seq::Migration),
+            Box::new(outbox::Migration {
+                table: OUTBOX_TABLE,
+                name: "m20261201_000002_message_outbox",
+            }),
+            Box::new(CreateMessages),
+        ]
+    }
+
+    fn migration_table_name() -> DynIden {
+        Alias::new("message_migrations").into_iden()
+    }
+}
+
+struct CreateMessages;
+
+impl MigrationName for CreateMessages {
+    fn name(&self) -> &str {
+        "m20261201_000003_messages"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CreateMessages {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let t = || Alias::new("messages");
+        manager
+            .create_table(
+                Table::create()
+                    .table(t())
+                    .if_not_exists()
+                    .col(big_integer(Alias::new("msg_id")).primary_key())
+                    .col(string_len(Alias::new("conversation_id"), 64))
+                    .col(big_integer(Alias::new("seq")))
+                    .col(big_integer(Alias::new("sender_id")))
+                    .col(string_len(Alias::new("client_msg_id"), 64))
+                    .col(small_integer(Alias::new("kind")))
+                    .col(text(Alias::new("body")))
+                    .col(big_integer(Alias::new("server_time_ms")))
+                    .to_owned(),
+            )
+            .await?;
+        for (name, cols) in [
+            ("ux_messages_conversation_seq", ["conversation_id", "seq"]),
+            (
+                "ux_messages_sender_client_msg",
+                ["sender_id", "client_msg_id"],
+            ),
+        ] {
+            let mut index = Index::create();
+            index.name(name).table(t()).unique().if_not_exists();
+            for col in cols {
+                index.col(Alias::new(col));
+            }
+            manager.create_index(index.to_owned()).await?;
+        }
+        manager
+            .create_table(
+                Table::create()
+                    .table(Alias::new("conversations"))
+                    .if_not_exists()
+                    .col(string_len(Alias::new("id"), 64).primary_key())
+                    .col(big_integer(Alias::new("max_seq")))
+                    .col(big_integer(Alias::new("updated_at_ms")))
+                    .to_owned(),
+            )
+            .await
+    }
+}

@@ -1,0 +1,102 @@
+//! The MessageStore contract, run against every SQL backend.
+
+use imesh_kit::{outbox::SqlOutbox, testing};
+
+use super::{sql::SqlMessageStore, *};
+use crate::domain::Content;
+
+async fn stores() -> Vec<(testing::Backend, SqlMessageStore, SqlOutbox)> {
+    let mut out = Vec::new();
+    for backend in testing::sql_backends() {
+        let config = testing::fresh_sql(backend).await.unwrap();
+        let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
+            .await
+            .unwrap();
+        out.push((
+            backend,
+            SqlMessageStore::new(db.clone()),
+            SqlOutbox::new(db, OUTBOX_TABLE),
+        ));
+    }
+    out
+}
+
+fn message(msg_id: i64, seq: i64, client_msg_id: &str) -> Message {
+    Message {
+        msg_id,
+        conversation_id: "d:1:2".into(),
+        seq,
+        sender_id: 1,
+        client_msg_id: client_msg_id.into(),
+        content: Content::Text(format!("hello {seq}")),
+        server_time_ms: 1_700_000_000_000 + seq,
+    }
+}
+
+fn event(id: i64) -> OutboxRow {
+    OutboxRow {
+        id,
+        payload: vec![id as u8],
+    }
+}
+
+#[tokio::test]
+async fn append_stores_message_raises_max_seq_and_queues_the_event() {
+    for (backend, store, outbox) in stores().await {
+        store.append(&message(10, 2, "a"), event(10)).await.unwrap();
+        store.append(&message(11, 1, "b"), event(11)).await.unwrap();
+        assert_eq!(
+            store.max_seq("d:1:2").await.unwrap(),
+            2,
+            "{backend:?}: max seq never goes down"
+        );
+        assert_eq!(
+            store.message("d:1:2", 1).await.unwrap(),
+            Some(message(11, 1, "b")),
+            "{backend:?}"
+        );
+        let sent = store.find_sent(1, "a").await.unwrap().unwrap();
+        assert_eq!((sent.msg_id, sent.seq), (10, 2));
+        assert!(
+            store.find_sent(2, "a").await.unwrap().is_none(),
+            "client ids are per sender"
+        );
+        let queued: Vec<i64> = outbox
+            .pending(10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(queued, vec![10, 11], "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_client_msg_id_or_seq_is_a_conflict_and_stores_nothing() {
+    for (backend, store, outbox) in stores().await {
+        store.append(&message(10, 1, "a"), event(10)).await.unwrap();
+        let same_client_id = store
+            .append(&message(12, 2, "a"), event(12))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(same_client_id, StoreError::Conflict(_)),
+            "{backend:?}: {same_client_id:?}"
+        );
+        let same_seq = store
+            .append(&message(13, 1, "c"), event(13))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(same_seq, StoreError::Conflict(_)),
+            "{backend:?}: {same_seq:?}"
+        );
+        assert_eq!(store.max_seq("d:1:2").await.unwrap(), 1, "{backend:?}");
+        assert_eq!(
+            outbox.pending(10).await.unwrap().len(),
+            1,
+            "{backend:?}: no outbox row for a failed append"
+        );
+    }
+}
