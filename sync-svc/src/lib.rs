@@ -1,1 +1,119 @@
-//! placeholder
+//! sync-svc: per-user inboxes (write fanout), sync events, device cursors.
+//!
+//! # Layout
+//! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
+//! - [`domain`]: fanout into inboxes with per-user `sync_seq`, pulls, acks.
+//! - [`store`]: the [`store::InboxStore`] port and its sea-orm adapter with migrations.
+//! - [`peers`]: the notify-svc client for live delivery.
+//! - [`keys`]: counter key formats.
+//! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod domain;
+pub mod keys;
+pub mod peers;
+pub mod store;
+
+use std::sync::Arc;
+
+use imesh_kit::{
+    config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
+    grpc,
+    identity::{Caller, InternalAuth},
+    ids::Snowflake,
+    seq::{Counters, MemoryCounters, RedisCounters, SeqAllocator, SqlCeilings},
+};
+use imesh_protos::sync::sync_service_server::SyncServiceServer;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Config {
+    pub grpc: GrpcConfig,
+    pub database: SqlConfig,
+    pub redis: RedisConfig,
+    /// notify-svc's gRPC address (`host:port`).
+    pub notify_addr: String,
+    /// How far ahead each persisted sync_seq ceiling reaches.
+    pub seq_step: i64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            grpc: GrpcConfig::on(([0, 0, 0, 0], 50054).into()),
+            database: SqlConfig::default(),
+            redis: RedisConfig::default(),
+            notify_addr: "127.0.0.1:50055".into(),
+            seq_step: 1000,
+        }
+    }
+}
+
+/// sync-svc, built and ready to serve.
+pub struct Service {
+    config: Config,
+    auth: AuthConfig,
+    inboxes: Arc<domain::Inboxes>,
+    db: sea_orm::DatabaseConnection,
+}
+
+impl Service {
+    /// Connects the stores, brings the schema up to date and wires the domain.
+    pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
+        let db =
+            imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
+        let counters: Arc<dyn Counters> = match config.redis.url() {
+            Some(url) => Arc::new(RedisCounters::new(
+                imesh_kit::redis::connect(&config.redis, url).await?,
+            )),
+            None => Arc::new(MemoryCounters::default()),
+        };
+        let seqs = SeqAllocator::new(
+            counters,
+            Arc::new(SqlCeilings::new(db.clone())),
+            config.seq_step,
+        );
+        let notifier = peers::NotifyNotifier::new(
+            grpc::channel(&config.notify_addr)?,
+            Caller::new(&auth.internal_secret)?,
+        );
+        let inboxes = domain::Inboxes::new(
+            Arc::new(store::sql::SqlInboxStore::new(db.clone())),
+            Arc::new(seqs),
+            Arc::new(Snowflake::new(node_id)),
+            Arc::new(notifier),
+        );
+        Ok(Self {
+            config,
+            auth: auth.clone(),
+            inboxes: Arc::new(inboxes),
+            db,
+        })
+    }
+
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> anyhow::Result<()> {
+        let api = api::SyncApi::new(self.inboxes);
+        let db = self.db.clone();
+        grpc::Server::new(&self.config.grpc)
+            .add_service(SyncServiceServer::with_interceptor(
+                api,
+                InternalAuth::new(&self.auth.internal_secret),
+            ))
+            .readiness(Arc::new(move || {
+                let db = db.clone();
+                Box::pin(async move { imesh_kit::sql::ping(&db).await })
+            }))
+            .serve(listener, shutdown)
+            .await?;
+        self.db.close().await?;
+        Ok(())
+    }
+}

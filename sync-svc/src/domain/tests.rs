@@ -1,0 +1,155 @@
+//! Fanout, replay and pull over a real SQLite store with in-process counters.
+
+use parking_lot::Mutex;
+
+use imesh_kit::{
+    seq::{MemoryCounters, SqlCeilings},
+    testing,
+};
+
+use super::*;
+use crate::store::sql::{Migrator, SqlInboxStore};
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<(i64, Vec<i64>)>>);
+
+#[async_trait::async_trait]
+impl Notifier for Recorder {
+    async fn deliver(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
+        let mut got = self.0.lock();
+        for (user, entries) in deliveries {
+            got.push((user, entries.iter().map(|e| e.sync_seq).collect()));
+        }
+        got.sort();
+        Ok(())
+    }
+}
+
+async fn inboxes() -> (Inboxes, Arc<Recorder>) {
+    let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
+    let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
+        .await
+        .unwrap();
+    let seqs = SeqAllocator::new(
+        Arc::new(MemoryCounters::default()),
+        Arc::new(SqlCeilings::new(db.clone())),
+        100,
+    );
+    let recorder = Arc::new(Recorder::default());
+    let inboxes = Inboxes::new(
+        Arc::new(SqlInboxStore::new(db)),
+        Arc::new(seqs),
+        Arc::new(Snowflake::new(0)),
+        recorder.clone(),
+    );
+    (inboxes, recorder)
+}
+
+fn event(id: &str, recipients: &[i64]) -> IncomingEvent {
+    IncomingEvent {
+        event_id: id.into(),
+        recipients: recipients.to_vec(),
+        payload: Bytes::from(id.to_owned()),
+    }
+}
+
+#[tokio::test]
+async fn each_recipient_gets_its_own_dense_sync_seq_and_a_live_delivery() {
+    let (inboxes, recorder) = inboxes().await;
+    let outcome = inboxes
+        .append(vec![event("a", &[1, 2]), event("b", &[2, 3, 3])])
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Appended {
+            appended: 2,
+            duplicates: 0
+        }
+    );
+    assert_eq!(
+        *recorder.0.lock(),
+        vec![(1, vec![1]), (2, vec![1, 2]), (3, vec![1])]
+    );
+    let (entries, has_more) = inboxes.pull(2, 0, 0).await.unwrap();
+    assert_eq!(
+        entries
+            .iter()
+            .map(|e| e.payload.as_ref())
+            .collect::<Vec<_>>(),
+        vec![b"a".as_ref(), b"b".as_ref()]
+    );
+    assert!(!has_more);
+}
+
+#[tokio::test]
+async fn replayed_events_are_counted_as_duplicates_and_append_nothing() {
+    let (inboxes, recorder) = inboxes().await;
+    inboxes.append(vec![event("a", &[1])]).await.unwrap();
+    let again = inboxes
+        .append(vec![event("a", &[1]), event("a", &[1]), event("b", &[1])])
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Appended {
+            appended: 1,
+            duplicates: 2
+        }
+    );
+    let (entries, _) = inboxes.pull(1, 0, 10).await.unwrap();
+    assert_eq!(
+        entries.iter().map(|e| e.sync_seq).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert_eq!(
+        recorder.0.lock().len(),
+        2,
+        "a duplicate is not pushed again"
+    );
+}
+
+#[tokio::test]
+async fn pulls_page_after_the_cursor() {
+    let (inboxes, _) = inboxes().await;
+    let events: Vec<_> = (0..5).map(|i| event(&format!("e{i}"), &[9])).collect();
+    inboxes.append(events).await.unwrap();
+    let (page, has_more) = inboxes.pull(9, 1, 2).await.unwrap();
+    assert_eq!(
+        page.iter().map(|e| e.sync_seq).collect::<Vec<_>>(),
+        vec![2, 3]
+    );
+    assert!(has_more);
+    let (rest, has_more) = inboxes.pull(9, 3, 10).await.unwrap();
+    assert_eq!(
+        rest.iter().map(|e| e.sync_seq).collect::<Vec<_>>(),
+        vec![4, 5]
+    );
+    assert!(!has_more);
+}
+
+#[tokio::test]
+async fn bad_input_names_the_field() {
+    let (inboxes, _) = inboxes().await;
+    fn field<T: std::fmt::Debug>(r: Result<T, Error>) -> &'static str {
+        match r {
+            Err(Error::Invalid { field, .. }) => field,
+            other => panic!("expected invalid, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        field(inboxes.append(vec![event("", &[1])]).await),
+        "events.event_id"
+    );
+    assert_eq!(
+        field(inboxes.append(vec![event("x", &[])]).await),
+        "events.recipient_ids"
+    );
+    assert_eq!(
+        field(inboxes.append(vec![event("x", &[0])]).await),
+        "events.recipient_ids"
+    );
+    assert_eq!(field(inboxes.pull(1, -1, 0).await), "after_sync_seq");
+    assert_eq!(field(inboxes.pull(1, 0, 501).await), "limit");
+    assert_eq!(field(inboxes.ack(1, "", 1).await), "device_id");
+}

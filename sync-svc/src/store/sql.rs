@@ -1,0 +1,224 @@
+//! The sea-orm adapter of [`InboxStore`] and sync-svc's migrations.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use imesh_kit::error::StoreError;
+use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
+use sea_orm_migration::{prelude::*, schema::*};
+
+use super::{InboxStore, StoredEvent};
+use crate::domain::Entry;
+
+#[derive(Iden)]
+enum SyncEvents {
+    Table,
+    Id,
+    EventId,
+    Payload,
+}
+
+#[derive(Iden)]
+enum Inbox {
+    Table,
+    UserId,
+    SyncSeq,
+    EventPk,
+}
+
+#[derive(Iden)]
+enum DeviceCursors {
+    Table,
+    UserId,
+    DeviceId,
+    AckedSeq,
+}
+
+/// Rows per INSERT statement, well under every backend's bind-parameter limit.
+const CHUNK: usize = 1000;
+
+#[derive(Clone)]
+pub struct SqlInboxStore {
+    db: DatabaseConnection,
+}
+
+impl SqlInboxStore {
+    pub fn new(db: DatabaseConnection) -> Self {
+        Self { db }
+    }
+}
+
+#[async_trait]
+impl InboxStore for SqlInboxStore {
+    async fn known_events(&self, event_ids: &[&str]) -> Result<HashSet<String>, StoreError> {
+        if event_ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let stmt = Query::select()
+            .column(SyncEvents::EventId)
+            .from(SyncEvents::Table)
+            .and_where(Expr::col(SyncEvents::EventId).is_in(event_ids.iter().copied()))
+            .to_owned();
+        let rows = self.db.query_all(&stmt).await?;
+        rows.iter()
+            .map(|r| r.try_get::<String>("", "event_id").map_err(Into::into))
+            .collect()
+    }
+
+    async fn append(&self, events: &[StoredEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin().await?;
+        let mut insert = Query::insert();
+        insert.into_table(SyncEvents::Table).columns([
+            SyncEvents::Id,
+            SyncEvents::EventId,
+            SyncEvents::Payload,
+        ]);
+        for e in events {
+            insert.values_panic([
+                e.id.into(),
+                e.event_id.clone().into(),
+                e.payload.to_vec().into(),
+            ]);
+        }
+        txn.execute(&insert).await?;
+        let entries: Vec<(i64, i64, i64)> = events
+            .iter()
+            .flat_map(|e| e.entries.iter().map(|(user, seq)| (*user, *seq, e.id)))
+            .collect();
+        for chunk in entries.chunks(CHUNK) {
+            let mut insert = Query::insert();
+            insert.into_table(Inbox::Table).columns([
+                Inbox::UserId,
+                Inbox::SyncSeq,
+                Inbox::EventPk,
+            ]);
+            for (user, seq, event) in chunk {
+                insert.values_panic([(*user).into(), (*seq).into(), (*event).into()]);
+            }
+            txn.execute(&insert).await?;
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    async fn entries(&self, user: i64, after: i64, limit: u32) -> Result<Vec<Entry>, StoreError> {
+        let stmt = Query::select()
+            .column((Inbox::Table, Inbox::SyncSeq))
+            .column((SyncEvents::Table, SyncEvents::Payload))
+            .from(Inbox::Table)
+            .inner_join(
+                SyncEvents::Table,
+                Expr::col((SyncEvents::Table, SyncEvents::Id))
+                    .equals((Inbox::Table, Inbox::EventPk)),
+            )
+            .and_where(Expr::col((Inbox::Table, Inbox::UserId)).eq(user))
+            .and_where(Expr::col((Inbox::Table, Inbox::SyncSeq)).gt(after))
+            .order_by((Inbox::Table, Inbox::SyncSeq), Order::Asc)
+            .limit(u64::from(limit))
+            .to_owned();
+        let rows = self.db.query_all(&stmt).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Entry {
+                    sync_seq: r.try_get("", "sync_seq")?,
+                    payload: r.try_get::<Vec<u8>>("", "payload")?.into(),
+                })
+            })
+            .collect::<Result<_, sea_orm::DbErr>>()
+            .map_err(Into::into)
+    }
+
+    async fn ack(&self, user: i64, device: &str, sync_seq: i64) -> Result<i64, StoreError> {
+        let backend = self.db.get_database_backend();
+        let raise = imesh_kit::sql::upsert_max(
+            backend,
+            "device_cursors",
+            &["user_id", "device_id", "acked_seq"],
+            &["user_id", "device_id"],
+            &["acked_seq"],
+            vec![vec![user.into(), device.into(), sync_seq.into()]],
+        );
+        self.db.execute_raw(raise).await?;
+        let stmt = Query::select()
+            .column(DeviceCursors::AckedSeq)
+            .from(DeviceCursors::Table)
+            .and_where(Expr::col(DeviceCursors::UserId).eq(user))
+            .and_where(Expr::col(DeviceCursors::DeviceId).eq(device))
+            .to_owned();
+        let row = self
+            .db
+            .query_one(&stmt)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        Ok(row.try_get("", "acked_seq")?)
+    }
+}
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(imesh_kit::seq::Migration), Box::new(CreateInboxes)]
+    }
+
+    fn migration_table_name() -> DynIden {
+        Alias::new("sync_migrations").into_iden()
+    }
+}
+
+struct CreateInboxes;
+
+impl MigrationName for CreateInboxes {
+    fn name(&self) -> &str {
+        "m20261201_000002_inboxes"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CreateInboxes {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table(SyncEvents::Table)
+                    .if_not_exists()
+                    .col(big_integer(SyncEvents::Id).primary_key())
+                    .col(string_len_uniq(SyncEvents::EventId, 191))
+                    .col(blob(SyncEvents::Payload))
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_table(
+                Table::create()
+                    .table(Inbox::Table)
+                    .if_not_exists()
+                    .col(big_integer(Inbox::UserId))
+                    .col(big_integer(Inbox::SyncSeq))
+                    .col(big_integer(Inbox::EventPk))
+                    .primary_key(Index::create().col(Inbox::UserId).col(Inbox::SyncSeq))
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_table(
+                Table::create()
+                    .table(DeviceCursors::Table)
+                    .if_not_exists()
+                    .col(big_integer(DeviceCursors::UserId))
+                    .col(string_len(DeviceCursors::DeviceId, 64))
+                    .col(big_integer(DeviceCursors::AckedSeq))
+                    .primary_key(
+                        Index::create()
+                            .col(DeviceCursors::UserId)
+                            .col(DeviceCursors::DeviceId),
+                    )
+                    .to_owned(),
+            )
+            .await
+    }
+}
