@@ -1,1 +1,99 @@
-//! placeholder
+//! notify-svc: presence (who is online where) and routing of inbox entries to gateways.
+//!
+//! # Layout
+//! - [`api`]: the tonic handlers (all internal: gateways and sync-svc call them).
+//! - [`router`]: the routing domain: presence lookups grouped into one Push per gateway.
+//! - [`presence`]: the [`presence::Presence`] port with in-process and Redis adapters.
+//! - [`gateways`]: the gRPC client fleet that calls each gateway's `Push`.
+//! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod gateways;
+pub mod presence;
+pub mod router;
+
+use std::{sync::Arc, time::Duration};
+
+use imesh_kit::{
+    config::{AuthConfig, GrpcConfig, RedisConfig},
+    grpc,
+    identity::{Caller, InternalAuth},
+};
+use imesh_protos::notify::notify_service_server::NotifyServiceServer;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Config {
+    pub grpc: GrpcConfig,
+    /// Presence lives here when set; in process otherwise (single-process deployments only).
+    pub redis: RedisConfig,
+    /// How long a device stays online without a refresh from its gateway.
+    pub presence_ttl_secs: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            grpc: GrpcConfig::on(([0, 0, 0, 0], 50055).into()),
+            redis: RedisConfig::default(),
+            presence_ttl_secs: 120,
+        }
+    }
+}
+
+/// notify-svc, built and ready to serve.
+pub struct Service {
+    config: Config,
+    auth: AuthConfig,
+    router: Arc<router::Router>,
+    redis: Option<fred::prelude::Pool>,
+}
+
+impl Service {
+    pub async fn build(config: Config, auth: &AuthConfig) -> anyhow::Result<Self> {
+        let (presence, redis): (Arc<dyn presence::Presence>, _) = match config.redis.url() {
+            Some(url) => {
+                let pool = imesh_kit::redis::connect(&config.redis, url).await?;
+                (
+                    Arc::new(presence::RedisPresence::new(pool.clone())),
+                    Some(pool),
+                )
+            }
+            None => (Arc::new(presence::MemoryPresence::default()), None),
+        };
+        let gateways = gateways::GrpcGateways::new(Caller::new(&auth.internal_secret)?);
+        let ttl = Duration::from_secs(config.presence_ttl_secs);
+        let router = Arc::new(router::Router::new(presence, Arc::new(gateways), ttl));
+        Ok(Self {
+            config,
+            auth: auth.clone(),
+            router,
+            redis,
+        })
+    }
+
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> anyhow::Result<()> {
+        let api = api::NotifyApi::new(self.router);
+        let mut server = grpc::Server::new(&self.config.grpc).add_service(
+            NotifyServiceServer::with_interceptor(
+                api,
+                InternalAuth::new(&self.auth.internal_secret),
+            ),
+        );
+        if let Some(pool) = self.redis.clone() {
+            server = server.readiness(Arc::new(move || {
+                let pool = pool.clone();
+                Box::pin(async move { imesh_kit::redis::ping(&pool).await })
+            }));
+        }
+        server.serve(listener, shutdown).await
+    }
+}

@@ -1,0 +1,111 @@
+//! gRPC handlers of notify-svc: wire types stop here. Every call is internal.
+
+use std::sync::Arc;
+
+use imesh_kit::{error, identity};
+use imesh_protos::notify::{self as pb, notify_service_server::NotifyService};
+use tonic::{Request, Response, Status};
+
+use crate::{
+    presence::DeviceRoute,
+    router::{Entry, Error, Router},
+};
+
+pub struct NotifyApi {
+    router: Arc<Router>,
+}
+
+impl NotifyApi {
+    pub fn new(router: Arc<Router>) -> Self {
+        Self { router }
+    }
+}
+
+#[tonic::async_trait]
+impl NotifyService for NotifyApi {
+    async fn online(
+        &self,
+        request: Request<pb::OnlineRequest>,
+    ) -> Result<Response<pb::OnlineResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let device = request
+            .into_inner()
+            .device
+            .ok_or_else(|| error::invalid("device", "must be set"))?;
+        self.router
+            .online(route_from_proto(device))
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::OnlineResponse {}))
+    }
+
+    async fn offline(
+        &self,
+        request: Request<pb::OfflineRequest>,
+    ) -> Result<Response<pb::OfflineResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let device = request
+            .into_inner()
+            .device
+            .ok_or_else(|| error::invalid("device", "must be set"))?;
+        self.router
+            .offline(device.user_id, &device.device_id, device.conn_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::OfflineResponse {}))
+    }
+
+    async fn deliver(
+        &self,
+        request: Request<pb::DeliverRequest>,
+    ) -> Result<Response<pb::DeliverResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let deliveries = request
+            .into_inner()
+            .deliveries
+            .into_iter()
+            .map(|d| {
+                (
+                    d.user_id,
+                    d.entries
+                        .into_iter()
+                        .map(|e| Entry {
+                            sync_seq: e.sync_seq,
+                            event: e.event,
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        let devices = self.router.deliver(deliveries).await.map_err(status)?;
+        Ok(Response::new(pb::DeliverResponse { devices }))
+    }
+}
+
+fn route_from_proto(device: pb::Device) -> DeviceRoute {
+    let pb::Device {
+        user_id,
+        device_id,
+        platform,
+        gateway_addr,
+        conn_id,
+    } = device;
+    DeviceRoute {
+        user_id,
+        device_id,
+        platform,
+        gateway_addr,
+        conn_id,
+    }
+}
+
+/// The one place notify-svc errors become gRPC statuses.
+fn status(err: Error) -> Status {
+    match err {
+        Error::Invalid { field, reason } => error::invalid(field, reason),
+        Error::Store(imesh_kit::error::StoreError::Unavailable(ref e)) => {
+            error::unavailable(e.as_ref())
+        }
+        Error::Store(ref e) => error::internal(e),
+    }
+}

@@ -1,0 +1,62 @@
+//! [`Gateways`] over gRPC: one lazily connected channel per gateway address.
+
+use std::collections::HashMap;
+
+use imesh_kit::identity::{Actor, Caller};
+use imesh_protos::{
+    gateway::{self as pb, gateway_service_client::GatewayServiceClient},
+    sync::RawEntry,
+};
+use parking_lot::Mutex;
+use tonic::transport::Channel;
+
+use crate::router::{ConnectionPush, Gateways};
+
+pub struct GrpcGateways {
+    caller: Caller,
+    clients: Mutex<HashMap<String, GatewayServiceClient<Channel>>>,
+}
+
+impl GrpcGateways {
+    pub fn new(caller: Caller) -> Self {
+        Self {
+            caller,
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn client(&self, addr: &str) -> anyhow::Result<GatewayServiceClient<Channel>> {
+        let mut clients = self.clients.lock();
+        if let Some(client) = clients.get(addr) {
+            return Ok(client.clone());
+        }
+        let client = GatewayServiceClient::new(imesh_kit::grpc::channel(addr)?);
+        clients.insert(addr.to_owned(), client.clone());
+        Ok(client)
+    }
+}
+
+#[async_trait::async_trait]
+impl Gateways for GrpcGateways {
+    async fn push(&self, addr: &str, pushes: Vec<ConnectionPush>) -> anyhow::Result<Vec<u64>> {
+        let pushes = pushes
+            .into_iter()
+            .map(|p| pb::ConnectionPush {
+                conn_id: p.conn_id,
+                entries: p
+                    .entries
+                    .into_iter()
+                    .map(|e| RawEntry {
+                        sync_seq: e.sync_seq,
+                        event: e.event,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let request = self
+            .caller
+            .request(Actor::System, pb::PushRequest { pushes });
+        let response = self.client(addr)?.push(request).await?;
+        Ok(response.into_inner().gone_conn_ids)
+    }
+}

@@ -1,0 +1,97 @@
+//! Presence in Redis: one hash per user, `{u:<id>}:devices`, field = device id, value =
+//! `conn_id|expires_at_ms|platform|gateway_addr`. The key expires with its newest refresh;
+//! each field carries its own expiry, checked on lookup.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::prelude::*;
+use imesh_kit::{error::StoreError, ids::unix_ms};
+
+use super::{DeviceRoute, Presence};
+
+/// Deletes the field only while it still names the given connection.
+const OFFLINE_IF_SAME_CONN: &str = "local v = redis.call('HGET', KEYS[1], ARGV[1]) \
+     if v and string.sub(v, 1, string.len(ARGV[2]) + 1) == ARGV[2] .. '|' then \
+       return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0";
+
+fn key(user_id: i64) -> String {
+    format!("{{u:{user_id}}}:devices")
+}
+
+#[derive(Clone)]
+pub struct RedisPresence {
+    pool: Pool,
+}
+
+impl RedisPresence {
+    pub fn new(pool: Pool) -> Self {
+        Self { pool }
+    }
+}
+
+fn parse(user_id: i64, device_id: String, value: &str, now: i64) -> Option<DeviceRoute> {
+    let mut parts = value.splitn(4, '|');
+    let conn_id = parts.next()?.parse().ok()?;
+    let expires_at: i64 = parts.next()?.parse().ok()?;
+    let platform = parts.next()?.to_owned();
+    let gateway_addr = parts.next()?.to_owned();
+    (expires_at > now).then_some(DeviceRoute {
+        user_id,
+        device_id,
+        platform,
+        gateway_addr,
+        conn_id,
+    })
+}
+
+#[async_trait]
+impl Presence for RedisPresence {
+    async fn online(&self, route: &DeviceRoute, ttl: Duration) -> Result<(), StoreError> {
+        let expires_at = unix_ms() + ttl.as_millis() as i64;
+        let value = format!(
+            "{}|{expires_at}|{}|{}",
+            route.conn_id, route.platform, route.gateway_addr
+        );
+        let key = key(route.user_id);
+        let client = self.pool.next();
+        // Every device uses the same TTL, so the newest refresh outlives every field.
+        let (set, expire) = tokio::join!(
+            client.hset::<(), _, _>(&key, (route.device_id.as_str(), value)),
+            client.pexpire::<(), _>(&key, ttl.as_millis() as i64, None),
+        );
+        set?;
+        expire?;
+        Ok(())
+    }
+
+    async fn offline(&self, user_id: i64, device_id: &str, conn_id: u64) -> Result<(), StoreError> {
+        let _: i64 = self
+            .pool
+            .eval(
+                OFFLINE_IF_SAME_CONN,
+                key(user_id),
+                vec![device_id.to_owned(), conn_id.to_string()],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn lookup(&self, users: &[i64]) -> Result<Vec<DeviceRoute>, StoreError> {
+        let client = self.pool.next();
+        let calls = users
+            .iter()
+            .map(|u| client.hgetall::<Vec<(String, String)>, _>(key(*u)));
+        let all = futures::future::try_join_all(calls).await?;
+        let now = unix_ms();
+        Ok(users
+            .iter()
+            .zip(all)
+            .flat_map(|(user, fields)| {
+                fields
+                    .into_iter()
+                    .filter_map(move |(device, value)| parse(*user, device, &value, now))
+            })
+            .collect())
+    }
+}

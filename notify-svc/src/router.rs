@@ -1,0 +1,131 @@
+//! Routing: inbox entries → the online devices of their users → one Push per gateway.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use imesh_kit::error::StoreError;
+
+use crate::presence::{DeviceRoute, Presence};
+
+/// An inbox entry with its event still encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub sync_seq: i64,
+    pub event: Bytes,
+}
+
+/// Entries for one connection on a gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionPush {
+    pub conn_id: u64,
+    pub entries: Vec<Entry>,
+}
+
+/// Where pushes go: the gateways' internal `Push`.
+#[async_trait::async_trait]
+pub trait Gateways: Send + Sync + 'static {
+    /// Pushes to connections on the gateway at `addr`; returns the connections it no longer holds.
+    async fn push(&self, addr: &str, pushes: Vec<ConnectionPush>) -> anyhow::Result<Vec<u64>>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Router {
+    presence: Arc<dyn Presence>,
+    gateways: Arc<dyn Gateways>,
+    ttl: Duration,
+}
+
+impl Router {
+    pub fn new(presence: Arc<dyn Presence>, gateways: Arc<dyn Gateways>, ttl: Duration) -> Self {
+        Self {
+            presence,
+            gateways,
+            ttl,
+        }
+    }
+
+    pub async fn online(&self, route: DeviceRoute) -> Result<(), Error> {
+        if route.user_id <= 0 {
+            return Err(Error::Invalid {
+                field: "device.user_id",
+                reason: "must be a user id".into(),
+            });
+        }
+        if route.device_id.is_empty() || route.gateway_addr.is_empty() {
+            return Err(Error::Invalid {
+                field: "device",
+                reason: "device_id and gateway_addr must be set".into(),
+            });
+        }
+        Ok(self.presence.online(&route, self.ttl).await?)
+    }
+
+    pub async fn offline(&self, user_id: i64, device_id: &str, conn_id: u64) -> Result<(), Error> {
+        Ok(self.presence.offline(user_id, device_id, conn_id).await?)
+    }
+
+    /// Pushes each user's entries to every online device, one call per gateway, all
+    /// gateways at once. Returns how many devices were reached. A gateway that fails is
+    /// logged and skipped: its devices catch up by pulling.
+    pub async fn deliver(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> Result<u32, Error> {
+        let users: Vec<i64> = deliveries.iter().map(|(u, _)| *u).collect();
+        let routes = self.presence.lookup(&users).await?;
+        let mut by_user: HashMap<i64, Vec<Entry>> = deliveries.into_iter().collect();
+        let mut by_gateway: HashMap<String, Vec<ConnectionPush>> = HashMap::new();
+        let mut owners: HashMap<(String, u64), DeviceRoute> = HashMap::new();
+        let mut users_left: HashMap<i64, usize> = HashMap::new();
+        for route in &routes {
+            *users_left.entry(route.user_id).or_default() += 1;
+        }
+        for route in routes {
+            let left = users_left.get_mut(&route.user_id).expect("counted above");
+            *left -= 1;
+            // The last device of a user takes the entries; the others get a copy.
+            let entries = if *left == 0 {
+                by_user.remove(&route.user_id).unwrap_or_default()
+            } else {
+                by_user.get(&route.user_id).cloned().unwrap_or_default()
+            };
+            by_gateway
+                .entry(route.gateway_addr.clone())
+                .or_default()
+                .push(ConnectionPush {
+                    conn_id: route.conn_id,
+                    entries,
+                });
+            owners.insert((route.gateway_addr.clone(), route.conn_id), route);
+        }
+        let devices = owners.len() as u32;
+        let calls = by_gateway.into_iter().map(|(addr, pushes)| async move {
+            let result = self.gateways.push(&addr, pushes).await;
+            (addr, result)
+        });
+        for (addr, result) in futures::future::join_all(calls).await {
+            match result {
+                Ok(gone) => {
+                    for conn in gone {
+                        if let Some(route) = owners.get(&(addr.clone(), conn)) {
+                            self.presence
+                                .offline(route.user_id, &route.device_id, conn)
+                                .await?;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(gateway = %addr, error = %format!("{e:#}"), "push to gateway failed")
+                }
+            }
+        }
+        Ok(devices)
+    }
+}
+
+#[cfg(test)]
+mod tests;
