@@ -1,1 +1,174 @@
-//! placeholder
+//! The gateway: terminates client connections, authenticates them, carries their requests
+//! to the services and writes pushes from notify-svc back to them.
+//!
+//! # Layout
+//! - [`ws`]: the WebSocket transport (`/ws`, one protobuf frame per binary message).
+//! - [`session`]: authentication and request dispatch of one device, transport-agnostic.
+//! - [`connections`]: the registry of open connections and the internal gRPC `Push`.
+//! - [`frames`]: building server frames (errors, replies, pass-through pushes).
+//! - [`backends`]: clients of message-, sync- and notify-svc.
+//! - [`Service`]: builds all of it from [`Config`] and serves both listeners.
+
+#![forbid(unsafe_code)]
+
+pub mod backends;
+pub mod connections;
+pub mod frames;
+pub mod session;
+pub mod ws;
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use imesh_kit::{
+    config::{AuthConfig, GrpcConfig},
+    grpc,
+    identity::{Caller, InternalAuth},
+    token::Tokens,
+};
+use imesh_protos::gateway::gateway_service_server::GatewayServiceServer;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Config {
+    /// Where clients connect (WebSocket at `/ws`).
+    pub listen: SocketAddr,
+    /// The internal gRPC server notify-svc pushes to.
+    pub grpc: GrpcConfig,
+    /// The address notify-svc reaches this gateway's gRPC at (in Kubernetes, the pod IP);
+    /// empty means the gRPC listener's own address.
+    pub advertise_addr: String,
+    pub message_addr: String,
+    pub sync_addr: String,
+    pub notify_addr: String,
+    pub auth_timeout_ms: u64,
+    /// A connection with no frame (not even a ping) for this long is closed.
+    pub idle_timeout_secs: u64,
+    /// How often a live connection refreshes its presence (below notify's TTL).
+    pub presence_refresh_secs: u64,
+    /// Frames queued per connection before it counts as a slow consumer.
+    pub send_queue: usize,
+    pub max_frame_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            grpc: GrpcConfig::on(([0, 0, 0, 0], 50056).into()),
+            advertise_addr: String::new(),
+            message_addr: "127.0.0.1:50053".into(),
+            sync_addr: "127.0.0.1:50054".into(),
+            notify_addr: "127.0.0.1:50055".into(),
+            auth_timeout_ms: 10_000,
+            idle_timeout_secs: 90,
+            presence_refresh_secs: 40,
+            send_queue: 256,
+            max_frame_bytes: 64 * 1024,
+        }
+    }
+}
+
+impl Config {
+    pub fn auth_timeout(&self) -> Duration {
+        Duration::from_millis(self.auth_timeout_ms)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    pub fn presence_refresh(&self) -> Duration {
+        Duration::from_secs(self.presence_refresh_secs)
+    }
+}
+
+/// What every connection task shares.
+pub struct Gateway {
+    pub config: Config,
+    pub tokens: Tokens,
+    pub backends: backends::Backends,
+    pub connections: Arc<connections::Connections>,
+    /// This gateway's gRPC address as notify-svc should dial it.
+    pub advertise: String,
+    /// Cancelled when the gateway starts shutting down.
+    pub draining: CancellationToken,
+}
+
+/// The gateway, built and ready to serve.
+pub struct Service {
+    config: Config,
+    auth: AuthConfig,
+}
+
+impl Service {
+    pub fn build(config: Config, auth: &AuthConfig) -> Self {
+        Self {
+            config,
+            auth: auth.clone(),
+        }
+    }
+
+    /// Serves clients on `clients` and the internal Push on `grpc_listener` until
+    /// `shutdown`; then tells every client to reconnect elsewhere and drains.
+    pub async fn serve(
+        self,
+        clients: TcpListener,
+        grpc_listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> anyhow::Result<()> {
+        let advertise = match self.config.advertise_addr.as_str() {
+            "" => advertised(grpc_listener.local_addr()?),
+            addr => addr.to_owned(),
+        };
+        let caller = Caller::new(&self.auth.internal_secret)?;
+        let c = &self.config;
+        let gateway = Arc::new(Gateway {
+            tokens: Tokens::new(&self.auth.jwt_secret, Duration::from_secs(1))?,
+            backends: backends::Backends::new(
+                caller,
+                &c.message_addr,
+                &c.sync_addr,
+                &c.notify_addr,
+            )?,
+            connections: Arc::new(connections::Connections::default()),
+            advertise,
+            draining: CancellationToken::new(),
+            config: self.config.clone(),
+        });
+        let stop_grpc = CancellationToken::new();
+        let push = GatewayServiceServer::with_interceptor(
+            connections::PushApi(gateway.connections.clone()),
+            InternalAuth::new(&self.auth.internal_secret),
+        );
+        let grpc_server = grpc::Server::new(&self.config.grpc)
+            .add_service(push)
+            .serve(grpc_listener, stop_grpc.clone().cancelled_owned());
+        let grpc_task = tokio::spawn(grpc_server);
+        let ws = axum::serve(clients, ws::router(gateway.clone()))
+            .with_graceful_shutdown(gateway.draining.clone().cancelled_owned());
+        let ws_task = tokio::spawn(ws.into_future());
+        shutdown.await;
+        gateway.draining.cancel();
+        let deadline = tokio::time::Instant::now() + self.config.grpc.grace();
+        while !gateway.connections.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        gateway.connections.close_all();
+        stop_grpc.cancel();
+        ws_task.await??;
+        grpc_task.await??;
+        Ok(())
+    }
+}
+
+/// A listener's address as others can dial it: an unspecified IP becomes loopback.
+fn advertised(addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        format!("127.0.0.1:{}", addr.port())
+    } else {
+        addr.to_string()
+    }
+}

@@ -1,0 +1,99 @@
+//! Building server frames: replies, errors, and pushes written without decoding their events.
+
+use bytes::Bytes;
+use imesh_protos::{
+    gateway::{self as pb, server_frame::Body},
+    sync::RawEntry,
+};
+use prost::Message as _;
+use tonic::{Code, Status};
+
+pub fn encode(request_id: u64, body: Body) -> Bytes {
+    pb::ServerFrame {
+        request_id,
+        body: Some(body),
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// An error frame; `fatal` frames are followed by the connection closing.
+pub fn error(request_id: u64, code: Code, message: impl Into<String>, fatal: bool) -> Bytes {
+    let message = message.into();
+    let field = if code == Code::InvalidArgument {
+        message
+            .split_once(": ")
+            .map(|(f, _)| f.to_owned())
+            .filter(|f| !f.contains(' '))
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    encode(
+        request_id,
+        Body::Error(pb::Error {
+            code: code as u32,
+            message,
+            field,
+            fatal,
+        }),
+    )
+}
+
+/// A service's answer to a client request, as an error frame.
+pub fn status(request_id: u64, status: &Status) -> Bytes {
+    error(request_id, status.code(), status.message(), false)
+}
+
+/// A push of inbox entries, byte-for-byte a `ServerFrame { push }`.
+pub fn push(entries: Vec<RawEntry>) -> Bytes {
+    pb::PushFrame {
+        request_id: 0,
+        push: Some(pb::RawPush { entries }),
+    }
+    .encode_to_vec()
+    .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use imesh_protos::sync::{InboxEntry, SyncEvent};
+
+    use super::*;
+
+    #[test]
+    fn a_raw_push_decodes_as_a_server_frame_push() {
+        let event = SyncEvent { kind: None };
+        let raw = RawEntry {
+            sync_seq: 7,
+            event: event.encode_to_vec().into(),
+        };
+        let frame = pb::ServerFrame::decode(push(vec![raw])).unwrap();
+        let Some(Body::Push(p)) = frame.body else {
+            panic!("not a push: {frame:?}")
+        };
+        assert_eq!(
+            p.entries,
+            vec![InboxEntry {
+                sync_seq: 7,
+                event: Some(event)
+            }]
+        );
+    }
+
+    #[test]
+    fn invalid_argument_errors_name_their_field() {
+        let frame = pb::ServerFrame::decode(status(
+            3,
+            &Status::invalid_argument("content.text: must not be empty"),
+        ))
+        .unwrap();
+        let Some(Body::Error(e)) = frame.body else {
+            panic!()
+        };
+        assert_eq!(
+            (frame.request_id, e.code, e.field.as_str(), e.fatal),
+            (3, 3, "content.text", false)
+        );
+    }
+}

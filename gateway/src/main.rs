@@ -1,0 +1,12 @@
+use imesh_kit::{cli, grpc};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let (settings, _telemetry) = cli::start::<gateway::Config>("gateway");
+    let clients = tokio::net::TcpListener::bind(settings.service.listen).await?;
+    let internal = tokio::net::TcpListener::bind(settings.service.grpc.listen).await?;
+    tracing::info!(clients = %clients.local_addr()?, grpc = %internal.local_addr()?, "gateway listening");
+    gateway::Service::build(settings.service, &settings.auth)
+        .serve(clients, internal, grpc::shutdown_signal())
+        .await
+}

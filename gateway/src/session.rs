@@ -1,0 +1,113 @@
+//! One authenticated device's requests, whatever transport carries them.
+
+use bytes::Bytes;
+use imesh_kit::token::{TokenError, Tokens};
+use imesh_protos::{
+    gateway::{self as pb, client_frame, server_frame::Body},
+    notify::Device,
+};
+use prost::Message as _;
+use tonic::Code;
+
+use crate::{backends::Backends, frames};
+
+/// Checks a connection's first frame: it MUST be `auth` with a valid token and device id.
+/// On failure, returns the fatal error frame to send before closing.
+pub fn authenticate(tokens: &Tokens, frame: &[u8]) -> Result<(u64, i64, pb::Auth), Bytes> {
+    let fatal = |code, message: &str| frames::error(0, code, message, true);
+    let frame = pb::ClientFrame::decode(frame).map_err(|_| {
+        fatal(
+            Code::Unauthenticated,
+            "auth: the first frame must be an auth ClientFrame",
+        )
+    })?;
+    let Some(client_frame::Body::Auth(auth)) = frame.body else {
+        return Err(fatal(
+            Code::Unauthenticated,
+            "auth: the first frame must be auth",
+        ));
+    };
+    let user = tokens.verify(&auth.token).map_err(|e| match e {
+        TokenError::Expired => fatal(Code::Unauthenticated, "auth.token: expired; log in again"),
+        TokenError::Invalid => fatal(Code::Unauthenticated, "auth.token: not a valid token"),
+    })?;
+    if auth.device_id.is_empty() || auth.device_id.len() > 64 || auth.device_id.contains('|') {
+        return Err(frames::error(
+            frame.request_id,
+            Code::InvalidArgument,
+            "auth.device_id: must be 1–64 characters without '|'",
+            true,
+        ));
+    }
+    if auth.platform.len() > 32 || auth.platform.contains('|') {
+        return Err(frames::error(
+            frame.request_id,
+            Code::InvalidArgument,
+            "auth.platform: must be at most 32 characters without '|'",
+            true,
+        ));
+    }
+    Ok((frame.request_id, user, auth))
+}
+
+/// An authenticated device.
+#[derive(Clone)]
+pub struct Session {
+    pub device: Device,
+    pub backends: Backends,
+}
+
+impl Session {
+    pub fn user(&self) -> i64 {
+        self.device.user_id
+    }
+
+    /// Handles one decoded client frame; returns the reply to write, if it has one.
+    pub async fn handle(&self, frame: pb::ClientFrame) -> Option<Bytes> {
+        use client_frame::Body as In;
+        let id = frame.request_id;
+        let reply = match frame.body {
+            None => {
+                return Some(frames::error(
+                    id,
+                    Code::InvalidArgument,
+                    "body: must be set",
+                    false,
+                ));
+            }
+            Some(In::Auth(_)) => {
+                return Some(frames::error(
+                    id,
+                    Code::FailedPrecondition,
+                    "auth: already authenticated",
+                    false,
+                ));
+            }
+            Some(In::Ping(_)) => Ok(Body::Pong(pb::Pong {})),
+            Some(In::Send(request)) => self
+                .backends
+                .send(self.user(), request)
+                .await
+                .map(Body::SendAck),
+            Some(In::Pull(request)) => self
+                .backends
+                .pull(self.user(), request)
+                .await
+                .map(Body::Pull),
+            Some(In::Ack(pb::Ack { sync_seq })) => {
+                return match self
+                    .backends
+                    .ack(self.user(), self.device.device_id.clone(), sync_seq)
+                    .await
+                {
+                    Ok(()) => None,
+                    Err(status) => Some(frames::status(id, &status)),
+                };
+            }
+        };
+        Some(match reply {
+            Ok(body) => frames::encode(id, body),
+            Err(status) => frames::status(id, &status),
+        })
+    }
+}
