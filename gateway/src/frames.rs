@@ -57,13 +57,30 @@ pub fn push(entries: Vec<RawEntry>) -> Bytes {
 
 #[cfg(test)]
 mod tests {
-    use imesh_protos::sync::{InboxEntry, SyncEvent};
+    use imesh_protos::{
+        message::{Content, Message, Text, content},
+        sync::{InboxEntry, SyncEvent, sync_event},
+    };
 
     use super::*;
 
     #[test]
     fn a_raw_push_decodes_as_a_server_frame_push() {
-        let event = SyncEvent { kind: None };
+        // A real event: an empty one would encode to no bytes and decode as no event at all.
+        let message = Message {
+            msg_id: 11,
+            conversation_id: "d:1:2".into(),
+            seq: 3,
+            sender_id: 1,
+            client_msg_id: "c1".into(),
+            content: Some(Content {
+                kind: Some(content::Kind::Text(Text { text: "hi".into() })),
+            }),
+            server_time_ms: 1_700_000_000_000,
+        };
+        let event = SyncEvent {
+            kind: Some(sync_event::Kind::Message(message)),
+        };
         let raw = RawEntry {
             sync_seq: 7,
             event: event.encode_to_vec().into(),

@@ -12,15 +12,19 @@ use tonic::Code;
 use crate::{backends::Backends, frames};
 
 /// Checks a connection's first frame: it MUST be `auth` with a valid token and device id.
-/// On failure, returns the fatal error frame to send before closing.
+/// On failure, returns the fatal error frame to send before closing (echoing the frame's
+/// request id when it could be read).
 pub fn authenticate(tokens: &Tokens, frame: &[u8]) -> Result<(u64, i64, pb::Auth), Bytes> {
-    let fatal = |code, message: &str| frames::error(0, code, message, true);
     let frame = pb::ClientFrame::decode(frame).map_err(|_| {
-        fatal(
+        frames::error(
+            0,
             Code::Unauthenticated,
             "auth: the first frame must be an auth ClientFrame",
+            true,
         )
     })?;
+    let request_id = frame.request_id;
+    let fatal = |code, message: &str| frames::error(request_id, code, message, true);
     let Some(client_frame::Body::Auth(auth)) = frame.body else {
         return Err(fatal(
             Code::Unauthenticated,
@@ -32,22 +36,18 @@ pub fn authenticate(tokens: &Tokens, frame: &[u8]) -> Result<(u64, i64, pb::Auth
         TokenError::Invalid => fatal(Code::Unauthenticated, "auth.token: not a valid token"),
     })?;
     if auth.device_id.is_empty() || auth.device_id.len() > 64 || auth.device_id.contains('|') {
-        return Err(frames::error(
-            frame.request_id,
+        return Err(fatal(
             Code::InvalidArgument,
             "auth.device_id: must be 1–64 characters without '|'",
-            true,
         ));
     }
     if auth.platform.len() > 32 || auth.platform.contains('|') {
-        return Err(frames::error(
-            frame.request_id,
+        return Err(fatal(
             Code::InvalidArgument,
             "auth.platform: must be at most 32 characters without '|'",
-            true,
         ));
     }
-    Ok((frame.request_id, user, auth))
+    Ok((request_id, user, auth))
 }
 
 /// An authenticated device.

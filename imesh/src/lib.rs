@@ -1,1 +1,10 @@
-//! placeholder
+//! The `imesh` binary's library: [`cluster`] mounts every service's library in one process
+//! (what `imesh up` runs, and what the end-to-end tests start on port 0).
+//!
+//! # Layout
+//! - [`cluster`]: [`cluster::ClusterSpec`] → [`cluster::Cluster`]: bind, build, serve, stop.
+//! - `main.rs`: the command line (`imesh up`).
+
+#![forbid(unsafe_code)]
+
+pub mod cluster;

@@ -1,1 +1,133 @@
-fn main() {}
+//! `imesh up`: every service in one process on the embedded default.
+
+use std::{
+    net::IpAddr,
+    path::{Path, PathBuf},
+};
+
+use clap::{Parser, Subcommand};
+use imesh::cluster::{Cluster, ClusterSpec};
+use imesh_kit::config::{AuthConfig, Secret, TelemetryConfig};
+use serde::{Deserialize, Serialize};
+
+#[derive(Parser)]
+#[command(name = "imesh", version, about = "An instant-messaging backend")]
+struct Cli {
+    /// A TOML file with settings; `IMESH__…` environment variables override it.
+    #[arg(long, global = true, env = "IMESH_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs every service in one process: SQLite under the data folder, in-process adapters.
+    Up {
+        /// Where the SQLite files and the generated dev secrets live.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// The address to listen on.
+        #[arg(long)]
+        host: Option<IpAddr>,
+    },
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(default)]
+struct UpSettings {
+    auth: AuthConfig,
+    telemetry: TelemetryConfig,
+    data_dir: PathBuf,
+    host: IpAddr,
+}
+
+impl Default for UpSettings {
+    fn default() -> Self {
+        Self {
+            auth: AuthConfig::default(),
+            telemetry: TelemetryConfig {
+                log: "info,sqlx=warn,sea_orm_migration=warn".into(),
+                ..Default::default()
+            },
+            data_dir: PathBuf::from("data"),
+            host: IpAddr::from([127, 0, 0, 1]),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let Command::Up { data, host } = cli.command;
+    let mut settings: UpSettings = imesh_kit::config::load(cli.config.as_deref())
+        .unwrap_or_else(|e| imesh_kit::cli::exit("imesh", e));
+    settings.data_dir = data.unwrap_or(settings.data_dir);
+    settings.host = host.unwrap_or(settings.host);
+    let _telemetry = imesh_kit::telemetry::init("imesh", &settings.telemetry)?;
+    std::fs::create_dir_all(&settings.data_dir)?;
+    let auth = dev_secrets(&settings.data_dir, settings.auth)?;
+    let mut spec = ClusterSpec::embedded(&settings.data_dir, auth.clone());
+    spec.host = settings.host;
+    let cluster = Cluster::start(spec).await?;
+    print_banner(&cluster, &auth, &settings.data_dir);
+    cluster.run_until(imesh_kit::grpc::shutdown_signal()).await
+}
+
+/// Secrets not configured are generated once and kept in the data folder, so tokens stay
+/// valid across restarts of the embedded default.
+fn dev_secrets(data_dir: &Path, mut auth: AuthConfig) -> anyhow::Result<AuthConfig> {
+    let path = data_dir.join("dev-secrets");
+    let stored = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut lines = stored.lines().map(str::to_owned);
+    let (internal, jwt) = match (lines.next(), lines.next()) {
+        (Some(a), Some(b)) if a.len() >= 16 && b.len() >= 16 => (a, b),
+        _ => {
+            let (a, b) = (random_secret(), random_secret());
+            std::fs::write(&path, format!("{a}\n{b}\n"))?;
+            (a, b)
+        }
+    };
+    if auth.internal_secret.is_empty() {
+        auth.internal_secret = Secret::new(internal);
+    }
+    if auth.jwt_secret.is_empty() {
+        auth.jwt_secret = Secret::new(jwt);
+    }
+    auth.validate().map_err(anyhow::Error::msg)?;
+    Ok(auth)
+}
+
+fn random_secret() -> String {
+    use rand::Rng;
+    let bytes: [u8; 16] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn print_banner(cluster: &Cluster, auth: &AuthConfig, data_dir: &Path) {
+    let a = &cluster.addrs;
+    let secret = auth.internal_secret.expose();
+    println!(
+        "imesh is up (embedded: SQLite under {}, in-process counters and presence)\n",
+        data_dir.display()
+    );
+    println!("  gateway        ws://{}/ws", a.gateway);
+    for (name, addr) in [
+        ("relation-svc", a.relation),
+        ("group-svc", a.group),
+        ("message-svc", a.message),
+        ("sync-svc", a.sync),
+        ("notify-svc", a.notify),
+        ("gateway (push)", a.gateway_grpc),
+    ] {
+        println!("  {name:<14} {addr}");
+    }
+    println!("\n  internal credential (x-imesh-internal): {secret}\n");
+    println!("Try:");
+    println!("  grpcurl -plaintext {} list", a.relation);
+    println!(
+        "  grpcurl -plaintext -H 'x-imesh-internal: {secret}' -d '{{\"username\":\"alice\",\"password\":\"correct horse\"}}' {} imesh.relation.v1.RelationService/Register",
+        a.relation
+    );
+    println!("\nCtrl-C stops it.");
+}

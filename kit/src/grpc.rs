@@ -73,14 +73,23 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
         let (health, health_service) = tonic_health::server::health_reporter();
-        let reflection_v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(imesh_protos::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()?;
-        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(imesh_protos::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1alpha()?;
+        // Advertise what this server mounts, not every service in the shared descriptor set.
+        let advertised: Vec<String> = self
+            .names
+            .iter()
+            .map(|n| n.to_string())
+            .chain(["grpc.health.v1.Health".to_owned()])
+            .collect();
+        let reflection = || {
+            advertised.iter().fold(
+                tonic_reflection::server::Builder::configure()
+                    .register_encoded_file_descriptor_set(imesh_protos::FILE_DESCRIPTOR_SET)
+                    .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+                |builder, name| builder.with_service_name(name.clone()),
+            )
+        };
+        let reflection_v1 = reflection().build_v1()?;
+        let reflection_v1alpha = reflection().build_v1alpha()?;
         let mut routes = self.routes;
         routes
             .add_service(health_service)

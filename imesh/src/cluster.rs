@@ -1,0 +1,262 @@
+//! Every imesh service in one process, talking to each other over real gRPC on loopback:
+//! the same libraries the per-service binaries mount, wired by address.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::Path,
+};
+
+use imesh_kit::config::{AuthConfig, RedisConfig, Secret, SqlConfig};
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+/// Ports to listen on; 0 picks a free one.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub gateway: u16,
+    pub gateway_grpc: u16,
+    pub relation: u16,
+    pub group: u16,
+    pub message: u16,
+    pub sync: u16,
+    pub notify: u16,
+}
+
+impl Ports {
+    /// Free ports chosen by the kernel (tests).
+    pub const ANY: Ports = Ports {
+        gateway: 0,
+        gateway_grpc: 0,
+        relation: 0,
+        group: 0,
+        message: 0,
+        sync: 0,
+        notify: 0,
+    };
+
+    /// The documented defaults.
+    pub const STANDARD: Ports = Ports {
+        gateway: 8080,
+        gateway_grpc: 50056,
+        relation: 50051,
+        group: 50052,
+        message: 50053,
+        sync: 50054,
+        notify: 50055,
+    };
+}
+
+/// What to start: where to listen, which stores, which credentials.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    pub auth: AuthConfig,
+    pub host: IpAddr,
+    pub ports: Ports,
+    pub relation_db: SqlConfig,
+    pub group_db: SqlConfig,
+    pub message_db: SqlConfig,
+    pub sync_db: SqlConfig,
+    /// Empty: in-process counters and presence.
+    pub redis: RedisConfig,
+    /// Gateway knobs (its addresses are filled in by [`Cluster::start`]).
+    pub gateway: gateway::Config,
+}
+
+impl ClusterSpec {
+    /// The embedded default: one SQLite file per service under `data_dir`, no Redis,
+    /// loopback on the standard ports.
+    pub fn embedded(data_dir: &Path, auth: AuthConfig) -> Self {
+        let sqlite = |name: &str| SqlConfig {
+            url: Secret::new(format!(
+                "sqlite://{}/{name}.db?mode=rwc",
+                data_dir.display()
+            )),
+            max_connections: 8,
+        };
+        Self {
+            auth,
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            ports: Ports::STANDARD,
+            relation_db: sqlite("relation"),
+            group_db: sqlite("group"),
+            message_db: sqlite("message"),
+            sync_db: sqlite("sync"),
+            redis: RedisConfig::default(),
+            gateway: gateway::Config::default(),
+        }
+    }
+}
+
+/// The addresses a started cluster listens on.
+#[derive(Debug, Clone, Copy)]
+pub struct Addrs {
+    pub gateway: SocketAddr,
+    pub gateway_grpc: SocketAddr,
+    pub relation: SocketAddr,
+    pub group: SocketAddr,
+    pub message: SocketAddr,
+    pub sync: SocketAddr,
+    pub notify: SocketAddr,
+}
+
+/// A running cluster; [`Cluster::stop`] shuts every service down in order.
+pub struct Cluster {
+    pub addrs: Addrs,
+    stop: CancellationToken,
+    tasks: Vec<(&'static str, JoinHandle<anyhow::Result<()>>)>,
+}
+
+impl Cluster {
+    pub async fn start(spec: ClusterSpec) -> anyhow::Result<Self> {
+        let bind = |port: u16| TcpListener::bind(SocketAddr::new(spec.host, port));
+        let p = spec.ports;
+        let (relation_l, group_l, message_l, sync_l, notify_l, gateway_l, gateway_grpc_l) = (
+            bind(p.relation).await?,
+            bind(p.group).await?,
+            bind(p.message).await?,
+            bind(p.sync).await?,
+            bind(p.notify).await?,
+            bind(p.gateway).await?,
+            bind(p.gateway_grpc).await?,
+        );
+        let addrs = Addrs {
+            gateway: gateway_l.local_addr()?,
+            gateway_grpc: gateway_grpc_l.local_addr()?,
+            relation: relation_l.local_addr()?,
+            group: group_l.local_addr()?,
+            message: message_l.local_addr()?,
+            sync: sync_l.local_addr()?,
+            notify: notify_l.local_addr()?,
+        };
+        let auth = &spec.auth;
+        let grpc = |addr: SocketAddr| imesh_kit::config::GrpcConfig {
+            grace_ms: 2_000,
+            ..imesh_kit::config::GrpcConfig::on(addr)
+        };
+
+        let relation = relation_svc::Service::build(
+            relation_svc::Config {
+                grpc: grpc(addrs.relation),
+                database: spec.relation_db.clone(),
+                ..Default::default()
+            },
+            auth,
+            1,
+        )
+        .await?;
+        let group = group_svc::Service::build(
+            group_svc::Config {
+                grpc: grpc(addrs.group),
+                database: spec.group_db.clone(),
+            },
+            auth,
+            2,
+        )
+        .await?;
+        let message = message_svc::Service::build(
+            message_svc::Config {
+                grpc: grpc(addrs.message),
+                database: spec.message_db.clone(),
+                redis: spec.redis.clone(),
+                relation_addr: addrs.relation.to_string(),
+                sync_addr: addrs.sync.to_string(),
+                ..Default::default()
+            },
+            auth,
+            3,
+        )
+        .await?;
+        let sync = sync_svc::Service::build(
+            sync_svc::Config {
+                grpc: grpc(addrs.sync),
+                database: spec.sync_db.clone(),
+                redis: spec.redis.clone(),
+                notify_addr: addrs.notify.to_string(),
+                ..Default::default()
+            },
+            auth,
+            4,
+        )
+        .await?;
+        let notify = notify_svc::Service::build(
+            notify_svc::Config {
+                grpc: grpc(addrs.notify),
+                redis: spec.redis.clone(),
+                ..Default::default()
+            },
+            auth,
+        )
+        .await?;
+        let gateway = gateway::Service::build(
+            gateway::Config {
+                listen: addrs.gateway,
+                grpc: grpc(addrs.gateway_grpc),
+                message_addr: addrs.message.to_string(),
+                sync_addr: addrs.sync.to_string(),
+                notify_addr: addrs.notify.to_string(),
+                ..spec.gateway.clone()
+            },
+            auth,
+        );
+
+        let stop = CancellationToken::new();
+        let on_stop = || stop.clone().cancelled_owned();
+        let tasks = vec![
+            (
+                "gateway",
+                tokio::spawn(gateway.serve(gateway_l, gateway_grpc_l, on_stop())),
+            ),
+            (
+                "message-svc",
+                tokio::spawn(message.serve(message_l, on_stop())),
+            ),
+            ("sync-svc", tokio::spawn(sync.serve(sync_l, on_stop()))),
+            (
+                "notify-svc",
+                tokio::spawn(notify.serve(notify_l, on_stop())),
+            ),
+            ("group-svc", tokio::spawn(group.serve(group_l, on_stop()))),
+            (
+                "relation-svc",
+                tokio::spawn(relation.serve(relation_l, on_stop())),
+            ),
+        ];
+        Ok(Self { addrs, stop, tasks })
+    }
+
+    /// Runs until `signal` completes or a service exits on its own, then stops them all.
+    pub async fn run_until(mut self, signal: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let finished = futures::future::select_all(self.tasks.iter_mut().map(|(_, task)| task));
+        tokio::select! {
+            () = signal => {}
+            (result, index, _) = finished => {
+                let name = self.tasks[index].0;
+                let error = match result {
+                    Ok(Ok(())) => anyhow::anyhow!("{name} stopped unexpectedly"),
+                    Ok(Err(e)) => e.context(format!("{name} failed")),
+                    Err(e) => anyhow::Error::new(e).context(format!("{name} panicked")),
+                };
+                self.tasks.remove(index);
+                let _ = self.stop().await;
+                return Err(error);
+            }
+        }
+        self.stop().await
+    }
+
+    /// Shuts every service down (the gateway first, so clients are told to reconnect).
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        let mut first_error = None;
+        for (name, task) in self.tasks {
+            let result = match task.await {
+                Ok(result) => result.map_err(|e| e.context(format!("{name} failed"))),
+                Err(e) => Err(anyhow::Error::new(e).context(format!("{name} panicked"))),
+            };
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,164 @@
+//! A device: a real WebSocket client speaking protobuf frames.
+
+use std::{collections::VecDeque, net::SocketAddr};
+
+use futures::{SinkExt, StreamExt};
+use imesh_protos::{
+    gateway::{
+        Ack, Auth, AuthOk, ClientFrame, Error, Ping, ServerFrame, client_frame, server_frame::Body,
+    },
+    message::{Content, SendRequest, Text, content, send_request},
+    sync::{InboxEntry, PullRequest, PullResponse},
+};
+use prost::Message as _;
+use tokio::net::TcpStream;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, tungstenite::Message};
+
+use crate::PATIENCE;
+
+pub struct Device {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_request: u64,
+    /// Frames read while waiting for something else.
+    pushes: VecDeque<InboxEntry>,
+    unsolicited: VecDeque<ServerFrame>,
+}
+
+impl Device {
+    pub async fn connect(gateway: SocketAddr) -> Self {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{gateway}/ws"))
+            .await
+            .expect("websocket connects");
+        Self {
+            ws,
+            next_request: 0,
+            pushes: VecDeque::new(),
+            unsolicited: VecDeque::new(),
+        }
+    }
+
+    /// Sends raw bytes as one binary message.
+    pub async fn send_raw(&mut self, bytes: Vec<u8>) {
+        self.ws
+            .send(Message::Binary(bytes.into()))
+            .await
+            .expect("websocket write");
+    }
+
+    pub async fn send_frame(&mut self, body: client_frame::Body) -> u64 {
+        self.next_request += 1;
+        let frame = ClientFrame {
+            request_id: self.next_request,
+            body: Some(body),
+        };
+        self.send_raw(frame.encode_to_vec()).await;
+        self.next_request
+    }
+
+    /// The next frame from the server; None once the connection is closed.
+    pub async fn read(&mut self) -> Option<ServerFrame> {
+        loop {
+            let message = tokio::time::timeout(PATIENCE, self.ws.next())
+                .await
+                .expect("a frame in time");
+            match message {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return None,
+                Some(Ok(Message::Binary(bytes))) => {
+                    return Some(ServerFrame::decode(bytes).expect("a ServerFrame"));
+                }
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
+    /// Reads until the reply to `request_id`, keeping pushes and other frames aside.
+    pub async fn reply(&mut self, request_id: u64) -> Body {
+        loop {
+            let frame = self
+                .read()
+                .await
+                .expect("connection open while waiting for a reply");
+            match frame.body {
+                Some(body) if frame.request_id == request_id => return body,
+                Some(Body::Push(push)) => self.pushes.extend(push.entries),
+                _ => self.unsolicited.push_back(frame),
+            }
+        }
+    }
+
+    pub async fn auth(&mut self, token: &str, device_id: &str) -> Result<AuthOk, Error> {
+        let auth = Auth {
+            token: token.into(),
+            device_id: device_id.into(),
+            platform: "test".into(),
+        };
+        let id = self.send_frame(client_frame::Body::Auth(auth)).await;
+        match self.reply(id).await {
+            Body::AuthOk(ok) => Ok(ok),
+            Body::Error(e) => Err(e),
+            other => panic!("unexpected reply to auth: {other:?}"),
+        }
+    }
+
+    /// Sends a text message; the reply is a `SendAck` or an `Error`.
+    pub async fn send_text(&mut self, to: i64, client_msg_id: &str, text: &str) -> Body {
+        let request = SendRequest {
+            client_msg_id: client_msg_id.into(),
+            to: Some(send_request::To::UserId(to)),
+            content: Some(Content {
+                kind: Some(content::Kind::Text(Text { text: text.into() })),
+            }),
+        };
+        let id = self.send_frame(client_frame::Body::Send(request)).await;
+        self.reply(id).await
+    }
+
+    pub async fn pull(&mut self, after_sync_seq: i64) -> PullResponse {
+        let id = self
+            .send_frame(client_frame::Body::Pull(PullRequest {
+                after_sync_seq,
+                limit: 0,
+            }))
+            .await;
+        match self.reply(id).await {
+            Body::Pull(response) => response,
+            other => panic!("unexpected reply to pull: {other:?}"),
+        }
+    }
+
+    pub async fn ack(&mut self, sync_seq: i64) {
+        self.send_frame(client_frame::Body::Ack(Ack { sync_seq }))
+            .await;
+    }
+
+    pub async fn ping(&mut self) -> Body {
+        let id = self.send_frame(client_frame::Body::Ping(Ping {})).await;
+        self.reply(id).await
+    }
+
+    /// The next pushed inbox entry.
+    pub async fn next_push(&mut self) -> InboxEntry {
+        loop {
+            if let Some(entry) = self.pushes.pop_front() {
+                return entry;
+            }
+            let frame = self
+                .read()
+                .await
+                .expect("connection open while waiting for a push");
+            match frame.body {
+                Some(Body::Push(push)) => self.pushes.extend(push.entries),
+                _ => self.unsolicited.push_back(frame),
+            }
+        }
+    }
+
+    /// Frames other than replies and pushes seen so far (e.g. unsolicited errors).
+    pub fn take_unsolicited(&mut self) -> Vec<ServerFrame> {
+        self.unsolicited.drain(..).collect()
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+    }
+}
