@@ -3,10 +3,12 @@
 use imesh_kit::{
     grpc,
     identity::{Actor, Caller},
+    token::Verified,
 };
 use imesh_protos::{
     message::{SendRequest, SendResponse, message_service_client::MessageServiceClient},
     notify::{Device, OfflineRequest, OnlineRequest, notify_service_client::NotifyServiceClient},
+    relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
     sync::{AckRequest, PullRequest, PullResponse, sync_service_client::SyncServiceClient},
 };
 use tonic::{Status, transport::Channel};
@@ -14,6 +16,7 @@ use tonic::{Status, transport::Channel};
 #[derive(Clone)]
 pub struct Backends {
     caller: Caller,
+    relation: RelationServiceClient<Channel>,
     message: MessageServiceClient<Channel>,
     sync: SyncServiceClient<Channel>,
     notify: NotifyServiceClient<Channel>,
@@ -22,16 +25,42 @@ pub struct Backends {
 impl Backends {
     pub fn new(
         caller: Caller,
+        relation_addr: &str,
         message_addr: &str,
         sync_addr: &str,
         notify_addr: &str,
     ) -> anyhow::Result<Self> {
         Ok(Self {
             caller,
+            relation: RelationServiceClient::new(grpc::channel(relation_addr)?),
             message: MessageServiceClient::new(grpc::channel(message_addr)?),
             sync: SyncServiceClient::new(grpc::channel(sync_addr)?),
             notify: NotifyServiceClient::new(grpc::channel(notify_addr)?),
         })
+    }
+
+    /// Refuses tokens of disabled users and tokens issued before the user's token version
+    /// moved on (the JWT itself was already verified locally).
+    pub async fn token_current(&self, token: Verified) -> Result<(), Status> {
+        let request = self.caller.request(
+            Actor::System,
+            GetUsersRequest {
+                user_ids: vec![token.user_id],
+            },
+        );
+        let users = self
+            .relation
+            .clone()
+            .get_users(request)
+            .await?
+            .into_inner()
+            .users;
+        match users.first() {
+            Some(user) if !user.disabled && user.token_version == token.version => Ok(()),
+            _ => Err(Status::unauthenticated(
+                "auth.token: revoked (the account was disabled); log in again",
+            )),
+        }
     }
 
     pub async fn send(&self, user: i64, request: SendRequest) -> Result<SendResponse, Status> {

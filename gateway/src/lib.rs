@@ -40,6 +40,8 @@ pub struct Config {
     /// The address notify-svc reaches this gateway's gRPC at (in Kubernetes, the pod IP);
     /// empty means the gRPC listener's own address.
     pub advertise_addr: String,
+    /// relation-svc (token versions on connect).
+    pub relation_addr: String,
     pub message_addr: String,
     pub sync_addr: String,
     pub notify_addr: String,
@@ -59,6 +61,7 @@ impl Default for Config {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             grpc: GrpcConfig::on(([0, 0, 0, 0], 50056).into()),
             advertise_addr: String::new(),
+            relation_addr: "127.0.0.1:50051".into(),
             message_addr: "127.0.0.1:50053".into(),
             sync_addr: "127.0.0.1:50054".into(),
             notify_addr: "127.0.0.1:50055".into(),
@@ -129,6 +132,7 @@ impl Service {
             tokens: Tokens::new(&self.auth.jwt_secret, Duration::from_secs(1))?,
             backends: backends::Backends::new(
                 caller,
+                &c.relation_addr,
                 &c.message_addr,
                 &c.sync_addr,
                 &c.notify_addr,

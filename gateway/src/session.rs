@@ -1,7 +1,7 @@
 //! One authenticated device's requests, whatever transport carries them.
 
 use bytes::Bytes;
-use imesh_kit::token::{TokenError, Tokens};
+use imesh_kit::token::{TokenError, Tokens, Verified};
 use imesh_protos::{
     gateway::{self as pb, client_frame, server_frame::Body},
     notify::Device,
@@ -14,7 +14,7 @@ use crate::{backends::Backends, frames};
 /// Checks a connection's first frame: it MUST be `auth` with a valid token and device id.
 /// On failure, returns the fatal error frame to send before closing (echoing the frame's
 /// request id when it could be read).
-pub fn authenticate(tokens: &Tokens, frame: &[u8]) -> Result<(u64, i64, pb::Auth), Bytes> {
+pub fn authenticate(tokens: &Tokens, frame: &[u8]) -> Result<(u64, Verified, pb::Auth), Bytes> {
     let frame = pb::ClientFrame::decode(frame).map_err(|_| {
         frames::error(
             0,

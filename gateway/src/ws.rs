@@ -62,6 +62,15 @@ async fn serve_socket(socket: WebSocket, gateway: Arc<Gateway>) {
             true,
         )),
     };
+    let authenticated = match authenticated {
+        Ok((request_id, verified, auth)) => gateway
+            .backends
+            .token_current(verified)
+            .await
+            .map(|()| (request_id, verified.user_id, auth))
+            .map_err(|status| frames::error(request_id, status.code(), status.message(), true)),
+        Err(frame) => Err(frame),
+    };
     let (request_id, user, auth) = match authenticated {
         Ok(ok) => ok,
         Err(frame) => {

@@ -138,6 +138,8 @@ impl Cluster {
             relation_svc::Config {
                 grpc: grpc(addrs.relation),
                 database: spec.relation_db.clone(),
+                redis: spec.redis.clone(),
+                sync_addr: addrs.sync.to_string(),
                 ..Default::default()
             },
             auth,
@@ -191,6 +193,7 @@ impl Cluster {
             gateway::Config {
                 listen: addrs.gateway,
                 grpc: grpc(addrs.gateway_grpc),
+                relation_addr: addrs.relation.to_string(),
                 message_addr: addrs.message.to_string(),
                 sync_addr: addrs.sync.to_string(),
                 notify_addr: addrs.notify.to_string(),

@@ -13,6 +13,9 @@ use tokio::sync::Notify;
 
 use crate::error::StoreError;
 
+mod sync_sink;
+pub use sync_sink::SyncSink;
+
 /// One pending event. `payload` is opaque to the kit (services store encoded protobuf).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxRow {

@@ -1,5 +1,6 @@
 //! User tokens: HS256 JWTs that relation-svc issues and the gateway verifies locally,
-//! without a call. `sub` is the user id.
+//! by signature. `sub` is the user id, `ver` the user's token version when it was issued
+//! (disabling a user moves the version on, which the gateway checks on connect).
 
 use std::time::Duration;
 
@@ -13,6 +14,15 @@ struct Claims {
     sub: String,
     iat: i64,
     exp: i64,
+    #[serde(default)]
+    ver: i64,
+}
+
+/// Who a valid token speaks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verified {
+    pub user_id: i64,
+    pub version: i64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -50,13 +60,14 @@ impl Tokens {
         })
     }
 
-    pub fn issue(&self, user_id: i64) -> anyhow::Result<Issued> {
+    pub fn issue(&self, user_id: i64, version: i64) -> anyhow::Result<Issued> {
         let now = crate::ids::unix_ms() / 1000;
         let exp = now + self.ttl.as_secs() as i64;
         let claims = Claims {
             sub: user_id.to_string(),
             iat: now,
             exp,
+            ver: version,
         };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)?;
         Ok(Issued {
@@ -65,19 +76,24 @@ impl Tokens {
         })
     }
 
-    /// The user a token was issued to.
-    pub fn verify(&self, token: &str) -> Result<i64, TokenError> {
+    /// The user a token was issued to, and at which token version.
+    pub fn verify(&self, token: &str) -> Result<Verified, TokenError> {
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map_err(|e| match e.kind() {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => TokenError::Expired,
                 _ => TokenError::Invalid,
             })?;
-        data.claims
+        let user_id = data
+            .claims
             .sub
             .parse()
             .ok()
             .filter(|id| *id > 0)
-            .ok_or(TokenError::Invalid)
+            .ok_or(TokenError::Invalid)?;
+        Ok(Verified {
+            user_id,
+            version: data.claims.ver,
+        })
     }
 }
 
@@ -92,21 +108,28 @@ mod tests {
     #[test]
     fn an_issued_token_verifies_to_its_user() {
         let t = tokens("0123456789abcdef0123", 60);
-        let issued = t.issue(77).unwrap();
-        assert_eq!(t.verify(&issued.token), Ok(77));
+        let issued = t.issue(77, 3).unwrap();
+        assert_eq!(
+            t.verify(&issued.token),
+            Ok(Verified {
+                user_id: 77,
+                version: 3
+            })
+        );
         assert!(issued.expires_at_ms > crate::ids::unix_ms());
     }
 
     #[test]
     fn foreign_tampered_and_expired_tokens_are_refused() {
         let t = tokens("0123456789abcdef0123", 60);
-        let other = tokens("another-secret-0123456", 60).issue(77).unwrap();
+        let other = tokens("another-secret-0123456", 60).issue(77, 0).unwrap();
         assert_eq!(t.verify(&other.token), Err(TokenError::Invalid));
         assert_eq!(t.verify("not.a.jwt"), Err(TokenError::Invalid));
         let claims = Claims {
             sub: "77".into(),
             iat: 0,
             exp: 1000,
+            ver: 0,
         };
         let expired = jsonwebtoken::encode(&Header::default(), &claims, &t.encoding).unwrap();
         assert_eq!(t.verify(&expired), Err(TokenError::Expired));

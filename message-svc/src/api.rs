@@ -70,6 +70,7 @@ fn status(err: Error) -> Status {
         Error::Invalid { field, reason } => error::invalid(field, reason),
         Error::TooLarge { .. } => Status::invalid_argument(err.to_string()),
         Error::UnknownUser(_) => Status::not_found(err.to_string()),
+        Error::Refused(_) => Status::permission_denied(err.to_string()),
         Error::GroupsUnsupported => Status::unimplemented(err.to_string()),
         Error::Store(imesh_kit::error::StoreError::Unavailable(ref e)) => {
             error::unavailable(e.as_ref())

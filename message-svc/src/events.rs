@@ -1,16 +1,7 @@
-//! What message-svc tells sync-svc: the outbox payload of a stored message (an encoded
-//! `imesh.sync.v1.Fanout`) and the relay sink that appends those events to inboxes.
-
-use imesh_kit::{
-    identity::{Actor, Caller},
-    outbox::{OutboxRow, Sink},
-};
-use imesh_protos::{
-    message as pb,
-    sync::{self as sync_pb, sync_service_client::SyncServiceClient},
-};
+//! What message-svc tells sync-svc: the outbox payload of a stored message, an encoded
+//! `imesh.sync.v1.Fanout` that the kit's `SyncSink` relays.
+use imesh_protos::{message as pb, sync as sync_pb};
 use prost::Message as _;
-use tonic::transport::Channel;
 
 use crate::domain::{Content, Message};
 
@@ -52,40 +43,4 @@ pub fn content_to_proto(content: &Content) -> pb::Content {
         Content::Custom(json) => Kind::Custom(pb::Custom { json: json.clone() }),
     };
     pb::Content { kind: Some(kind) }
-}
-
-/// Appends relayed outbox rows to inboxes through sync-svc's `Append`.
-pub struct SyncSink {
-    client: SyncServiceClient<Channel>,
-    caller: Caller,
-}
-
-impl SyncSink {
-    pub fn new(channel: Channel, caller: Caller) -> Self {
-        Self {
-            client: SyncServiceClient::new(channel),
-            caller,
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl Sink for SyncSink {
-    async fn deliver(&self, rows: &[OutboxRow]) -> anyhow::Result<()> {
-        let mut events = Vec::with_capacity(rows.len());
-        for row in rows {
-            match sync_pb::Fanout::decode(row.payload.as_slice()) {
-                Ok(event) => events.push(event),
-                // Never happens for rows this version wrote; dropping beats blocking forever.
-                Err(e) => {
-                    tracing::error!(outbox_id = row.id, error = %e, "undecodable outbox row dropped")
-                }
-            }
-        }
-        let request = self
-            .caller
-            .request(Actor::System, sync_pb::AppendRequest { events });
-        self.client.clone().append(request).await?;
-        Ok(())
-    }
 }

@@ -44,6 +44,8 @@ pub struct Config {
     /// sync-svc's gRPC address.
     pub sync_addr: String,
     pub max_content_bytes: usize,
+    /// Who may message whom directly: `anyone` (not blocked) or `friends_only`.
+    pub direct_policy: domain::DirectPolicy,
     /// How far ahead each persisted seq ceiling reaches.
     pub seq_step: i64,
     /// Outbox rows handed to sync-svc per call.
@@ -59,6 +61,7 @@ impl Default for Config {
             relation_addr: "127.0.0.1:50051".into(),
             sync_addr: "127.0.0.1:50054".into(),
             max_content_bytes: 12 * 1024,
+            direct_policy: domain::DirectPolicy::Anyone,
             seq_step: 1000,
             outbox_batch: 256,
         }
@@ -91,7 +94,8 @@ impl Service {
             config.seq_step,
         );
         let caller = Caller::new(&auth.internal_secret)?;
-        let sink = events::SyncSink::new(grpc::channel(&config.sync_addr)?, caller.clone());
+        let sink =
+            imesh_kit::outbox::SyncSink::new(grpc::channel(&config.sync_addr)?, caller.clone());
         let relay = Relay::new(
             SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
             Arc::new(sink),
@@ -108,6 +112,7 @@ impl Service {
             relay.waker(),
             domain::Limits {
                 max_content_bytes: config.max_content_bytes,
+                direct_policy: config.direct_policy,
             },
         );
         Ok(Self {

@@ -1,12 +1,14 @@
 //! Clients of the services message-svc asks before storing a message.
 
 use imesh_kit::identity::{Actor, Caller};
-use imesh_protos::relation::{GetUsersRequest, relation_service_client::RelationServiceClient};
+use imesh_protos::relation::{
+    CheckRelationsRequest, Relation, relation_service_client::RelationServiceClient,
+};
 use tonic::transport::Channel;
 
-use crate::domain::Directory;
+use crate::domain::{Directory, PeerRelation};
 
-/// [`Directory`] backed by relation-svc.
+/// [`Directory`] backed by relation-svc's cached `CheckRelations`.
 pub struct RelationDirectory {
     client: RelationServiceClient<Channel>,
     caller: Caller,
@@ -23,20 +25,29 @@ impl RelationDirectory {
 
 #[async_trait::async_trait]
 impl Directory for RelationDirectory {
-    async fn existing(&self, ids: &[i64]) -> anyhow::Result<Vec<i64>> {
+    async fn relation(&self, sender: i64, peer: i64) -> anyhow::Result<PeerRelation> {
         let request = self.caller.request(
             Actor::System,
-            GetUsersRequest {
-                user_ids: ids.to_vec(),
+            CheckRelationsRequest {
+                user_id: sender,
+                peer_ids: vec![peer],
             },
         );
-        let users = self
+        let reply = self
             .client
             .clone()
-            .get_users(request)
+            .check_relations(request)
             .await?
-            .into_inner()
-            .users;
-        Ok(users.into_iter().map(|u| u.user_id).collect())
+            .into_inner();
+        let Some(found) = reply.relations.into_iter().find(|r| r.peer_id == peer) else {
+            anyhow::bail!("relation-svc answered without peer {peer}");
+        };
+        let relation = found.relation();
+        Ok(PeerRelation {
+            exists: found.exists,
+            peer_lists_sender: matches!(relation, Relation::Both | Relation::TheirsOnly),
+            sender_blocked_peer: found.blocked_by_me,
+            peer_blocked_sender: found.blocked_me,
+        })
     }
 }

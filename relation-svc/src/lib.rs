@@ -1,38 +1,64 @@
-//! relation-svc: accounts, credentials and tokens (friendships and the blacklist build on
-//! these).
+//! relation-svc: accounts, credentials and tokens, friendships, friend requests, the
+//! blacklist, and the relation check every direct send goes through.
 //!
 //! # Layout
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
-//! - [`domain`]: accounts: validation, password hashing (argon2), token issuance.
-//! - [`store`]: the [`store::UserStore`] port and its sea-orm adapter with migrations.
+//! - [`domain`]: accounts (argon2, tokens, the admin path), friendships and requests (pure
+//!   decisions in [`domain::plan`]), and the cached relation check.
+//! - [`store`]: the [`store::UserStore`] and [`store::FriendStore`] ports; sea-orm adapter.
+//! - [`cache`]: the local and shared (Redis or in-process) relation caches.
+//! - [`events`]: relation changes as sync events, relayed to sync-svc through the outbox.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod cache;
 pub mod domain;
+pub mod events;
 pub mod store;
 
 use std::{sync::Arc, time::Duration};
 
 use imesh_kit::{
-    config::{AuthConfig, GrpcConfig, SqlConfig},
+    config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
-    identity::InternalAuth,
+    identity::{Caller, InternalAuth},
     ids::Snowflake,
+    outbox::{Relay, SqlOutbox, SyncSink},
     token::Tokens,
 };
 use imesh_protos::relation::relation_service_server::RelationServiceServer;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    cache::{EdgeCache, LocalCache, memory::MemoryEdgeCache, redis::RedisEdgeCache},
+    domain::{Accounts, Checker, Friends},
+    store::sql::{SqlFriendStore, SqlUserStore},
+};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Config {
     pub grpc: GrpcConfig,
     pub database: SqlConfig,
+    /// Empty: the in-process relation cache.
+    pub redis: RedisConfig,
+    /// sync-svc's gRPC address: relation events go to users' inboxes.
+    pub sync_addr: String,
     /// Lifetime of the tokens Login issues.
     pub token_ttl_secs: u64,
+    /// How long a friend request stays answerable.
+    pub request_ttl_days: u32,
+    /// Lifetime of a user's row set in the shared cache.
+    pub cache_ttl_secs: u64,
+    /// Lifetime of an answer in the per-process cache (other replicas' writes show after it).
+    pub local_cache_ttl_ms: u64,
+    pub local_cache_max_users: usize,
+    /// Outbox rows handed to sync-svc per call.
+    pub outbox_batch: u64,
 }
 
 impl Default for Config {
@@ -40,7 +66,14 @@ impl Default for Config {
         Self {
             grpc: GrpcConfig::on(([0, 0, 0, 0], 50051).into()),
             database: SqlConfig::default(),
+            redis: RedisConfig::default(),
+            sync_addr: "127.0.0.1:50054".into(),
             token_ttl_secs: 7 * 24 * 3600,
+            request_ttl_days: 30,
+            cache_ttl_secs: 600,
+            local_cache_ttl_ms: 1_000,
+            local_cache_max_users: 100_000,
+            outbox_batch: 256,
         }
     }
 }
@@ -49,40 +82,79 @@ impl Default for Config {
 pub struct Service {
     config: Config,
     auth: AuthConfig,
-    accounts: Arc<domain::Accounts>,
+    api: api::RelationApi,
+    relay: Relay,
     db: sea_orm::DatabaseConnection,
 }
 
 impl Service {
-    /// Connects the database and brings its schema up to date.
+    /// Connects the stores, brings the schema up to date and wires the domain.
     pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
+        let ids = Arc::new(Snowflake::new(node_id));
+        let caller = Caller::new(&auth.internal_secret)?;
+        let relay = Relay::new(
+            SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
+            Arc::new(SyncSink::new(grpc::channel(&config.sync_addr)?, caller)),
+            config.outbox_batch,
+        );
+        let cache_ttl = Duration::from_secs(config.cache_ttl_secs);
+        let shared: Arc<dyn EdgeCache> = match config.redis.url() {
+            Some(url) => Arc::new(RedisEdgeCache::new(
+                imesh_kit::redis::connect(&config.redis, url).await?,
+                cache_ttl,
+            )),
+            None => Arc::new(MemoryEdgeCache::new(cache_ttl)),
+        };
+        let users = Arc::new(SqlUserStore::new(db.clone()));
+        let friend_store = Arc::new(SqlFriendStore::new(
+            db.clone(),
+            ids.clone(),
+            events::encode,
+            relay.waker(),
+        ));
+        let local = LocalCache::new(
+            Duration::from_millis(config.local_cache_ttl_ms),
+            config.local_cache_max_users,
+        );
+        let checker = Arc::new(Checker::new(
+            local,
+            shared,
+            users.clone(),
+            friend_store.clone(),
+        ));
         let tokens = Tokens::new(&auth.jwt_secret, Duration::from_secs(config.token_ttl_secs))?;
-        let store = Arc::new(store::sql::SqlUserStore::new(db.clone()));
-        let accounts = Arc::new(domain::Accounts::new(
-            store,
-            Arc::new(Snowflake::new(node_id)),
-            tokens,
+        let accounts = Arc::new(Accounts::new(users, ids.clone(), tokens, checker.clone()));
+        let request_ttl_ms = i64::from(config.request_ttl_days) * 24 * 3600 * 1000;
+        let friends = Arc::new(Friends::new(
+            friend_store,
+            ids,
+            checker.clone(),
+            request_ttl_ms,
         ));
         Ok(Self {
+            api: api::RelationApi::new(accounts, friends, checker),
             config,
             auth: auth.clone(),
-            accounts,
+            relay,
             db,
         })
     }
 
+    /// Serves gRPC and runs the outbox relay until `shutdown`; the relay stops after the
+    /// last in-flight request has drained.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
-        let api = api::RelationApi::new(self.accounts);
+        let stop_relay = CancellationToken::new();
+        let relay = tokio::spawn(self.relay.run(stop_relay.clone().cancelled_owned()));
         let db = self.db.clone();
-        grpc::Server::new(&self.config.grpc)
+        let served = grpc::Server::new(&self.config.grpc)
             .add_service(RelationServiceServer::with_interceptor(
-                api,
+                self.api,
                 InternalAuth::new(&self.auth.internal_secret),
             ))
             .readiness(Arc::new(move || {
@@ -90,8 +162,10 @@ impl Service {
                 Box::pin(async move { imesh_kit::sql::ping(&db).await })
             }))
             .serve(listener, shutdown)
-            .await?;
+            .await;
+        stop_relay.cancel();
+        relay.await?;
         self.db.close().await?;
-        Ok(())
+        served
     }
 }

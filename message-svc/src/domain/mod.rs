@@ -24,6 +24,8 @@ pub enum Error {
     GroupsUnsupported,
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("user_id: {0}")]
+    Refused(&'static str),
     #[error("relation-svc could not be asked")]
     Directory(#[source] anyhow::Error),
 }
@@ -35,11 +37,32 @@ pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
     }
 }
 
-/// Who exists, as relation-svc knows it.
+/// What relation-svc knows of a direct conversation's two ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerRelation {
+    /// The peer exists and is not disabled.
+    pub exists: bool,
+    /// The peer has the sender in their friend list.
+    pub peer_lists_sender: bool,
+    pub sender_blocked_peer: bool,
+    pub peer_blocked_sender: bool,
+}
+
+/// Who exists and who blocked whom, as relation-svc knows it.
 #[async_trait::async_trait]
 pub trait Directory: Send + Sync + 'static {
-    /// The ids among `ids` that belong to existing users.
-    async fn existing(&self, ids: &[i64]) -> anyhow::Result<Vec<i64>>;
+    async fn relation(&self, sender: i64, peer: i64) -> anyhow::Result<PeerRelation>;
+}
+
+/// Who may start a direct conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DirectPolicy {
+    /// Anyone not blocked.
+    #[default]
+    Anyone,
+    /// Only users the peer lists as friends.
+    FriendsOnly,
 }
 
 /// Turns a stored message and its recipients into the outbox payload sync-svc receives.
@@ -47,6 +70,7 @@ pub type EncodeEvent = fn(&Message, &[i64]) -> Vec<u8>;
 
 pub struct Limits {
     pub max_content_bytes: usize,
+    pub direct_policy: DirectPolicy,
 }
 
 pub struct Messages {
@@ -149,18 +173,37 @@ impl Messages {
                 if peer == sender {
                     return Err(invalid("user_id", "cannot message yourself"));
                 }
-                let existing = self
+                let relation = self
                     .directory
-                    .existing(&[peer])
+                    .relation(sender, peer)
                     .await
                     .map_err(Error::Directory)?;
-                if !existing.contains(&peer) {
-                    return Err(Error::UnknownUser(peer));
-                }
+                self.allowed(peer, relation)?;
                 Ok((direct_conversation(sender, peer), vec![sender, peer]))
             }
             Target::Group(_) => Err(Error::GroupsUnsupported),
         }
+    }
+}
+
+impl Messages {
+    /// The direct-send rules: the peer exists, neither blocked the other, and the policy.
+    fn allowed(&self, peer: i64, relation: PeerRelation) -> Result<(), Error> {
+        if !relation.exists {
+            return Err(Error::UnknownUser(peer));
+        }
+        if relation.peer_blocked_sender {
+            return Err(Error::Refused("this user does not accept your messages"));
+        }
+        if relation.sender_blocked_peer {
+            return Err(Error::Refused(
+                "you blocked this user; unblock them to send",
+            ));
+        }
+        if self.limits.direct_policy == DirectPolicy::FriendsOnly && !relation.peer_lists_sender {
+            return Err(Error::Refused("only friends may message this user"));
+        }
+        Ok(())
     }
 }
 

@@ -14,20 +14,26 @@ use crate::store::{
     sql::{Migrator, SqlMessageStore},
 };
 
-struct Users(Vec<i64>);
+/// Users 1, 2 and 3; 3 blocked 1; 2 lists 1 as a friend.
+struct Users;
 
 #[async_trait::async_trait]
 impl Directory for Users {
-    async fn existing(&self, ids: &[i64]) -> anyhow::Result<Vec<i64>> {
-        Ok(ids
-            .iter()
-            .copied()
-            .filter(|id| self.0.contains(id))
-            .collect())
+    async fn relation(&self, sender: i64, peer: i64) -> anyhow::Result<PeerRelation> {
+        Ok(PeerRelation {
+            exists: [1, 2, 3].contains(&peer),
+            peer_lists_sender: (peer, sender) == (2, 1),
+            sender_blocked_peer: (sender, peer) == (3, 1),
+            peer_blocked_sender: (peer, sender) == (3, 1),
+        })
     }
 }
 
 async fn messages() -> (Messages, SqlOutbox) {
+    messages_with(DirectPolicy::Anyone).await
+}
+
+async fn messages_with(direct_policy: DirectPolicy) -> (Messages, SqlOutbox) {
     let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
     let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
         .await
@@ -39,13 +45,14 @@ async fn messages() -> (Messages, SqlOutbox) {
     );
     let messages = Messages::new(
         Arc::new(SqlMessageStore::new(db.clone())),
-        Arc::new(Users(vec![1, 2])),
+        Arc::new(Users),
         Arc::new(seqs),
         Arc::new(Snowflake::new(0)),
         crate::events::encode_fanout,
         Arc::new(Notify::new()),
         Limits {
             max_content_bytes: 16,
+            direct_policy,
         },
     );
     (messages, SqlOutbox::new(db, OUTBOX_TABLE))
@@ -124,4 +131,38 @@ async fn bad_sends_name_their_field_and_store_nothing() {
         Err(Error::UnknownUser(99))
     ));
     assert!(outbox.pending(10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn blocked_senders_and_non_friends_under_the_friends_policy_are_refused() {
+    let (messages, outbox) = messages().await;
+    let refused = messages.send(1, text("b1", 3, "hi")).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::Refused(m) if m.contains("does not accept")),
+        "{refused:?}"
+    );
+    let refused = messages.send(3, text("b2", 1, "hi")).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::Refused(m) if m.contains("you blocked")),
+        "{refused:?}"
+    );
+    assert!(
+        messages.send(2, text("ok", 1, "hi")).await.is_ok(),
+        "anyone may message by default"
+    );
+    let (friends_only, _) = messages_with(DirectPolicy::FriendsOnly).await;
+    assert!(
+        friends_only.send(1, text("f1", 2, "hi")).await.is_ok(),
+        "2 lists 1"
+    );
+    let refused = friends_only.send(2, text("f2", 1, "hi")).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::Refused(m) if m.contains("only friends")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        outbox.pending(10).await.unwrap().len(),
+        1,
+        "refused sends stored nothing"
+    );
 }

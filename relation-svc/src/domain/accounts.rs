@@ -1,42 +1,12 @@
-//! Accounts: registration, login and profiles. No tonic or sea-orm types here.
+//! Accounts: registration, login, profiles, and the admin path of app servers (accounts
+//! without passwords, tokens on demand, disabling).
 
 use std::sync::Arc;
 
 use imesh_kit::{error::StoreError, ids::Snowflake, token::Tokens};
 
-use crate::store::{NewUser, UserStore};
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct User {
-    pub id: i64,
-    pub username: String,
-    pub nickname: String,
-    pub created_at_ms: i64,
-}
-
-/// Everything that can go wrong in an account operation.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{field}: {reason}")]
-    Invalid { field: &'static str, reason: String },
-    #[error("username: already taken")]
-    UsernameTaken,
-    #[error("username or password is wrong")]
-    BadCredentials,
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("hashing a password failed: {0}")]
-    Hashing(String),
-    #[error("issuing a token failed")]
-    Token(#[source] anyhow::Error),
-}
-
-fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
-    Error::Invalid {
-        field,
-        reason: reason.into(),
-    }
-}
+use super::{Checker, Error, User, invalid, parse_extra_json};
+use crate::store::{NewUser, ProfileUpdate, UserStore};
 
 /// A checked username: 3–32 of `[a-z0-9_.-]`.
 pub fn parse_username(raw: &str) -> Result<String, Error> {
@@ -79,11 +49,27 @@ pub struct Accounts {
     store: Arc<dyn UserStore>,
     ids: Arc<Snowflake>,
     tokens: Tokens,
+    /// Told when a user is disabled or enabled, so relation checks see it at once.
+    checker: Arc<Checker>,
 }
 
+/// Longest avatar URL and extra JSON of a profile.
+const MAX_AVATAR_URL: usize = 512;
+const MAX_PROFILE_EXTRA: usize = 4096;
+
 impl Accounts {
-    pub fn new(store: Arc<dyn UserStore>, ids: Arc<Snowflake>, tokens: Tokens) -> Self {
-        Self { store, ids, tokens }
+    pub fn new(
+        store: Arc<dyn UserStore>,
+        ids: Arc<Snowflake>,
+        tokens: Tokens,
+        checker: Arc<Checker>,
+    ) -> Self {
+        Self {
+            store,
+            ids,
+            tokens,
+            checker,
+        }
     }
 
     pub async fn register(
@@ -98,11 +84,36 @@ impl Accounts {
         let password_hash = tokio::task::spawn_blocking(move || hash_password(&password))
             .await
             .map_err(|e| Error::Hashing(e.to_string()))??;
+        self.insert(username, nickname, password_hash).await
+    }
+
+    /// Admin: an account nobody can log in to with a password; the app server mints its
+    /// tokens with [`Accounts::issue_token`].
+    pub async fn create_without_password(
+        &self,
+        username: &str,
+        nickname: &str,
+    ) -> Result<User, Error> {
+        let username = parse_username(username)?;
+        let nickname = parse_nickname(nickname, &username)?;
+        self.insert(username, nickname, String::new()).await
+    }
+
+    async fn insert(
+        &self,
+        username: String,
+        nickname: String,
+        password_hash: String,
+    ) -> Result<User, Error> {
         let user = User {
             id: self.ids.next_id(),
             username,
             nickname,
             created_at_ms: imesh_kit::ids::unix_ms(),
+            avatar_url: String::new(),
+            extra_json: String::new(),
+            disabled: false,
+            token_version: 0,
         };
         match self
             .store
@@ -125,13 +136,19 @@ impl Accounts {
         };
         let password = password.to_owned();
         let hash = found.password_hash;
+        if hash.is_empty() || found.user.disabled {
+            return Err(Error::BadCredentials);
+        }
         let matches = tokio::task::spawn_blocking(move || verify_password(&password, &hash))
             .await
             .map_err(|e| Error::Hashing(e.to_string()))?;
         if !matches {
             return Err(Error::BadCredentials);
         }
-        let issued = self.tokens.issue(found.user.id).map_err(Error::Token)?;
+        let issued = self
+            .tokens
+            .issue(found.user.id, found.user.token_version)
+            .map_err(Error::Token)?;
         Ok(Login {
             token: issued.token,
             expires_at_ms: issued.expires_at_ms,
@@ -149,6 +166,73 @@ impl Accounts {
         }
         Ok(self.store.by_ids(ids).await?)
     }
+
+    pub async fn update_profile(&self, user: i64, update: ProfileUpdate) -> Result<User, Error> {
+        let update = ProfileUpdate {
+            nickname: match update.nickname {
+                Some(raw) if raw.trim().is_empty() => {
+                    return Err(invalid("nickname", "must not be empty"));
+                }
+                Some(raw) => Some(parse_nickname(&raw, "")?),
+                None => None,
+            },
+            avatar_url: update
+                .avatar_url
+                .map(|u| parse_avatar_url(&u))
+                .transpose()?,
+            extra_json: update
+                .extra_json
+                .map(|j| parse_extra_json("extra_json", &j, MAX_PROFILE_EXTRA))
+                .transpose()?,
+        };
+        self.store
+            .update_profile(user, &update)
+            .await?
+            .ok_or(Error::UnknownUser("actor"))
+    }
+
+    /// Admin: a token for `user`, no password asked.
+    pub async fn issue_token(&self, user: i64) -> Result<imesh_kit::token::Issued, Error> {
+        let found = self.store.by_ids(&[user]).await?;
+        let Some(user) = found.into_iter().next() else {
+            return Err(Error::UnknownUser("user_id"));
+        };
+        if user.disabled {
+            return Err(Error::Precondition("user_id: the user is disabled"));
+        }
+        self.tokens
+            .issue(user.id, user.token_version)
+            .map_err(Error::Token)
+    }
+
+    /// Admin: disabling moves the token version on, so every earlier token is refused.
+    pub async fn set_disabled(&self, user: i64, disabled: bool) -> Result<User, Error> {
+        let updated = self
+            .store
+            .set_disabled(user, disabled)
+            .await?
+            .ok_or(Error::UnknownUser("user_id"))?;
+        self.checker.forget(&[user]).await;
+        Ok(updated)
+    }
+}
+
+fn parse_avatar_url(raw: &str) -> Result<String, Error> {
+    if raw.is_empty() {
+        return Ok(String::new());
+    }
+    if raw.len() > MAX_AVATAR_URL {
+        return Err(invalid(
+            "avatar_url",
+            format!("must be at most {MAX_AVATAR_URL} bytes"),
+        ));
+    }
+    if !(raw.starts_with("https://") || raw.starts_with("http://"))
+        || raw.contains(char::is_whitespace)
+    {
+        return Err(invalid("avatar_url", "must be an http(s) URL"));
+    }
+    Ok(raw.to_owned())
 }
 
 fn hash_password(password: &str) -> Result<String, Error> {

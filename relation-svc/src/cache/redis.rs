@@ -1,0 +1,97 @@
+//! The Redis [`EdgeCache`]: one hash per owner (seed 001: `im:friend:{user}` → peer →
+//! `status|blocked`). Lookups of many pairs go out as one pipelined burst of HMGETs; a
+//! row set is written by one script (DEL, HSETs, PEXPIRE), so readers see all or nothing.
+
+use async_trait::async_trait;
+use fred::prelude::*;
+use imesh_kit::error::StoreError;
+
+use super::{EdgeCache, keys};
+use crate::domain::check::{Account, Cached, Edge, Known};
+
+const REPLACE_HASH: &str = "redis.call('DEL', KEYS[1]) \
+    for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end \
+    redis.call('PEXPIRE', KEYS[1], ARGV[1]) return 1";
+
+#[derive(Clone)]
+pub struct RedisEdgeCache {
+    pool: Pool,
+    ttl_ms: u64,
+}
+
+impl RedisEdgeCache {
+    pub fn new(pool: Pool, ttl: std::time::Duration) -> Self {
+        Self {
+            pool,
+            ttl_ms: ttl.as_millis() as u64,
+        }
+    }
+}
+
+#[async_trait]
+impl EdgeCache for RedisEdgeCache {
+    async fn get(&self, pairs: &[(i64, i64)]) -> Result<Vec<Option<Cached>>, StoreError> {
+        // Concurrent commands on one client are pipelined by fred: one round trip per burst.
+        let client = self.pool.next();
+        let calls = pairs.iter().map(|&(owner, peer)| {
+            client.hmget::<Vec<Option<String>>, _, _>(
+                keys::friends(owner),
+                vec![keys::ACCOUNT_FIELD.to_owned(), peer.to_string()],
+            )
+        });
+        let replies = futures::future::try_join_all(calls).await?;
+        Ok(replies.into_iter().map(|fields| decode(&fields)).collect())
+    }
+
+    async fn put(&self, owners: &[(i64, Known)]) -> Result<(), StoreError> {
+        let client = self.pool.next();
+        let calls = owners.iter().map(|(owner, known)| {
+            let mut args = Vec::with_capacity(3 + 2 * known.edges.len());
+            args.push(self.ttl_ms.to_string());
+            args.push(keys::ACCOUNT_FIELD.to_owned());
+            args.push(account_code(known.account).to_owned());
+            for (peer, edge) in &known.edges {
+                args.push(peer.to_string());
+                args.push(edge_code(*edge));
+            }
+            client.eval::<i64, _, _, _>(REPLACE_HASH, keys::friends(*owner), args)
+        });
+        futures::future::try_join_all(calls).await?;
+        Ok(())
+    }
+
+    async fn invalidate(&self, owners: &[i64]) -> Result<(), StoreError> {
+        let client = self.pool.next();
+        let calls = owners
+            .iter()
+            .map(|owner| client.del::<i64, _>(keys::friends(*owner)));
+        futures::future::try_join_all(calls).await?;
+        Ok(())
+    }
+}
+
+fn account_code(account: Account) -> &'static str {
+    match account {
+        Account::Active => "a",
+        Account::Disabled => "d",
+        Account::Missing => "m",
+    }
+}
+
+/// `status|blocked`: status 1 friend, 0 not; blocked 1 or 0.
+fn edge_code(edge: Edge) -> String {
+    format!("{}|{}", u8::from(edge.friend), u8::from(edge.blocked))
+}
+
+fn decode(fields: &[Option<String>]) -> Option<Cached> {
+    let account = match fields.first()?.as_deref()? {
+        "a" => Account::Active,
+        "d" => Account::Disabled,
+        _ => Account::Missing,
+    };
+    let edge = fields.get(1).cloned().flatten().map(|code| Edge {
+        friend: code.starts_with('1'),
+        blocked: code.ends_with('1'),
+    });
+    Some(Cached { account, edge })
+}
