@@ -10,7 +10,14 @@ use crate::config::RedisConfig;
 pub async fn connect(config: &RedisConfig, url: &str) -> anyhow::Result<Pool> {
     let redis_config = Config::from_url(url).map_err(|e| anyhow::anyhow!("redis.url: {e}"))?;
     let pool = Builder::from_config(redis_config)
-        .with_connection_config(|c| c.connection_timeout = std::time::Duration::from_secs(5))
+        .with_connection_config(|c| {
+            c.connection_timeout = std::time::Duration::from_secs(5);
+            // Pipelined bursts must not wait for Nagle's algorithm.
+            c.tcp = TcpConfig {
+                nodelay: Some(true),
+                ..Default::default()
+            };
+        })
         .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
         .build_pool(config.pool_size.max(1))?;
     pool.init()

@@ -78,6 +78,50 @@ impl Default for Config {
     }
 }
 
+/// The handlers over `db` and the `shared` relation cache, and the relay of their events.
+pub fn wire(
+    config: &Config,
+    auth: &AuthConfig,
+    node_id: u16,
+    db: sea_orm::DatabaseConnection,
+    shared: Arc<dyn EdgeCache>,
+) -> anyhow::Result<(api::RelationApi, Relay)> {
+    let ids = Arc::new(Snowflake::new(node_id));
+    let caller = Caller::new(&auth.internal_secret)?;
+    let relay = Relay::new(
+        SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
+        Arc::new(SyncSink::new(grpc::channel(&config.sync_addr)?, caller)),
+        config.outbox_batch,
+    );
+    let users = Arc::new(SqlUserStore::new(db.clone()));
+    let friend_store = Arc::new(SqlFriendStore::new(
+        db,
+        ids.clone(),
+        events::encode,
+        relay.waker(),
+    ));
+    let local = LocalCache::new(
+        Duration::from_millis(config.local_cache_ttl_ms),
+        config.local_cache_max_users,
+    );
+    let checker = Arc::new(Checker::new(
+        local,
+        shared,
+        users.clone(),
+        friend_store.clone(),
+    ));
+    let tokens = Tokens::new(&auth.jwt_secret, Duration::from_secs(config.token_ttl_secs))?;
+    let accounts = Arc::new(Accounts::new(users, ids.clone(), tokens, checker.clone()));
+    let request_ttl_ms = i64::from(config.request_ttl_days) * 24 * 3600 * 1000;
+    let friends = Arc::new(Friends::new(
+        friend_store,
+        ids,
+        checker.clone(),
+        request_ttl_ms,
+    ));
+    Ok((api::RelationApi::new(accounts, friends, checker), relay))
+}
+
 /// relation-svc, built and ready to serve.
 pub struct Service {
     config: Config,
@@ -92,13 +136,6 @@ impl Service {
     pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
-        let ids = Arc::new(Snowflake::new(node_id));
-        let caller = Caller::new(&auth.internal_secret)?;
-        let relay = Relay::new(
-            SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
-            Arc::new(SyncSink::new(grpc::channel(&config.sync_addr)?, caller)),
-            config.outbox_batch,
-        );
         let cache_ttl = Duration::from_secs(config.cache_ttl_secs);
         let shared: Arc<dyn EdgeCache> = match config.redis.url() {
             Some(url) => Arc::new(RedisEdgeCache::new(
@@ -107,34 +144,9 @@ impl Service {
             )),
             None => Arc::new(MemoryEdgeCache::new(cache_ttl)),
         };
-        let users = Arc::new(SqlUserStore::new(db.clone()));
-        let friend_store = Arc::new(SqlFriendStore::new(
-            db.clone(),
-            ids.clone(),
-            events::encode,
-            relay.waker(),
-        ));
-        let local = LocalCache::new(
-            Duration::from_millis(config.local_cache_ttl_ms),
-            config.local_cache_max_users,
-        );
-        let checker = Arc::new(Checker::new(
-            local,
-            shared,
-            users.clone(),
-            friend_store.clone(),
-        ));
-        let tokens = Tokens::new(&auth.jwt_secret, Duration::from_secs(config.token_ttl_secs))?;
-        let accounts = Arc::new(Accounts::new(users, ids.clone(), tokens, checker.clone()));
-        let request_ttl_ms = i64::from(config.request_ttl_days) * 24 * 3600 * 1000;
-        let friends = Arc::new(Friends::new(
-            friend_store,
-            ids,
-            checker.clone(),
-            request_ttl_ms,
-        ));
+        let (api, relay) = wire(&config, auth, node_id, db.clone(), shared)?;
         Ok(Self {
-            api: api::RelationApi::new(accounts, friends, checker),
+            api,
             config,
             auth: auth.clone(),
             relay,

@@ -329,3 +329,6 @@ impl RelationService for RelationApi {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests;

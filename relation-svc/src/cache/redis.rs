@@ -1,5 +1,5 @@
 //! The Redis [`EdgeCache`]: one hash per owner (seed 001: `im:friend:{user}` → peer →
-//! `status|blocked`). Lookups of many pairs go out as one pipelined burst of HMGETs; a
+//! `status|blocked`). Lookups of many pairs go out as one pipelined burst of HMGETs, one per owner; a
 //! row set is written by one script (DEL, HSETs, PEXPIRE), so readers see all or nothing.
 
 use async_trait::async_trait;
@@ -31,16 +31,30 @@ impl RedisEdgeCache {
 #[async_trait]
 impl EdgeCache for RedisEdgeCache {
     async fn get(&self, pairs: &[(i64, i64)]) -> Result<Vec<Option<Cached>>, StoreError> {
-        // Concurrent commands on one client are pipelined by fred: one round trip per burst.
+        // One HMGET per owner (its account field and every peer asked of it); concurrent
+        // commands on one client are pipelined by fred: one round trip for the lot.
+        let mut owners: Vec<(i64, Vec<usize>)> = Vec::new();
+        for (i, &(owner, _)) in pairs.iter().enumerate() {
+            match owners.iter_mut().find(|(o, _)| *o == owner) {
+                Some((_, asked)) => asked.push(i),
+                None => owners.push((owner, vec![i])),
+            }
+        }
         let client = self.pool.next();
-        let calls = pairs.iter().map(|&(owner, peer)| {
-            client.hmget::<Vec<Option<String>>, _, _>(
-                keys::friends(owner),
-                vec![keys::ACCOUNT_FIELD.to_owned(), peer.to_string()],
-            )
+        let calls = owners.iter().map(|(owner, asked)| {
+            let fields: Vec<String> = std::iter::once(keys::ACCOUNT_FIELD.to_owned())
+                .chain(asked.iter().map(|&i| pairs[i].1.to_string()))
+                .collect();
+            client.hmget::<Vec<Option<String>>, _, _>(keys::friends(*owner), fields)
         });
         let replies = futures::future::try_join_all(calls).await?;
-        Ok(replies.into_iter().map(|fields| decode(&fields)).collect())
+        let mut out = vec![None; pairs.len()];
+        for ((_, asked), fields) in owners.iter().zip(replies) {
+            for (k, &i) in asked.iter().enumerate() {
+                out[i] = decode(fields.first(), fields.get(k + 1));
+            }
+        }
+        Ok(out)
     }
 
     async fn put(&self, owners: &[(i64, Known)]) -> Result<(), StoreError> {
@@ -83,13 +97,15 @@ fn edge_code(edge: Edge) -> String {
     format!("{}|{}", u8::from(edge.friend), u8::from(edge.blocked))
 }
 
-fn decode(fields: &[Option<String>]) -> Option<Cached> {
-    let account = match fields.first()?.as_deref()? {
+/// An answer from the owner's account field and the peer's field; `None` when the owner's
+/// hash is not loaded.
+fn decode(account: Option<&Option<String>>, edge: Option<&Option<String>>) -> Option<Cached> {
+    let account = match account?.as_deref()? {
         "a" => Account::Active,
         "d" => Account::Disabled,
         _ => Account::Missing,
     };
-    let edge = fields.get(1).cloned().flatten().map(|code| Edge {
+    let edge = edge.cloned().flatten().map(|code| Edge {
         friend: code.starts_with('1'),
         blocked: code.ends_with('1'),
     });

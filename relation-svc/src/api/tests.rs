@@ -1,0 +1,391 @@
+//! Handler tests: the real handlers over SQLite, with the in-process cache and (under
+//! scripts/test) a real Redis as the shared relation cache.
+
+use std::{sync::Arc, time::Duration};
+
+use imesh_kit::{
+    config::{AuthConfig, Secret},
+    testing,
+};
+use tonic::Code;
+
+use super::*;
+use crate::{
+    Config,
+    cache::{EdgeCache, memory::MemoryEdgeCache, redis::RedisEdgeCache},
+};
+
+async fn apis() -> Vec<(&'static str, RelationApi)> {
+    let mut shared: Vec<(&'static str, Arc<dyn EdgeCache>)> = vec![(
+        "memory",
+        Arc::new(MemoryEdgeCache::new(Duration::from_secs(60))),
+    )];
+    if let Some(redis) = testing::redis() {
+        let pool = imesh_kit::redis::connect(&redis, redis.url().unwrap())
+            .await
+            .unwrap();
+        shared.push((
+            "redis",
+            Arc::new(RedisEdgeCache::new(pool, Duration::from_secs(60))),
+        ));
+    }
+    let auth = AuthConfig {
+        internal_secret: Secret::new("internal-secret-0123456789"),
+        jwt_secret: Secret::new("jwt-secret-0123456789abcdef"),
+    };
+    let mut out = Vec::new();
+    for (name, cache) in shared {
+        let db_config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
+        let db = imesh_kit::sql::connect_and_migrate::<crate::store::sql::Migrator>(&db_config)
+            .await
+            .unwrap();
+        let (api, _relay) = crate::wire(&Config::default(), &auth, 3, db, cache).unwrap();
+        out.push((name, api));
+    }
+    out
+}
+
+fn as_actor<T>(actor: Actor, message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.extensions_mut().insert(actor);
+    request
+}
+
+fn as_user<T>(id: i64, message: T) -> Request<T> {
+    as_actor(Actor::User(id), message)
+}
+
+async fn user(api: &RelationApi, name: &str) -> i64 {
+    let request = as_actor(
+        Actor::System,
+        pb::CreateUserRequest {
+            username: name.into(),
+            nickname: String::new(),
+        },
+    );
+    api.create_user(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .user
+        .unwrap()
+        .user_id
+}
+
+async fn relation(api: &RelationApi, me: i64, peer: i64) -> pb::PeerRelation {
+    let request = as_user(
+        me,
+        pb::CheckRelationsRequest {
+            user_id: 0,
+            peer_ids: vec![peer],
+        },
+    );
+    api.check_relations(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .relations
+        .remove(0)
+}
+
+async fn ask(
+    api: &RelationApi,
+    from: i64,
+    to: i64,
+) -> Result<pb::SendFriendRequestResponse, Status> {
+    let body = pb::SendFriendRequestRequest {
+        to_user_id: to,
+        message: "hi".into(),
+        add_source: "search".into(),
+    };
+    api.send_friend_request(as_user(from, body))
+        .await
+        .map(Response::into_inner)
+}
+
+async fn answer(
+    api: &RelationApi,
+    me: i64,
+    request_id: i64,
+    accept: bool,
+) -> Result<pb::FriendRequest, Status> {
+    let body = pb::RespondFriendRequestRequest { request_id, accept };
+    api.respond_friend_request(as_user(me, body))
+        .await
+        .map(|r| r.into_inner().request.unwrap())
+}
+
+#[tokio::test]
+async fn a_request_accepted_once_makes_friends_both_ways_and_only_its_receiver_may_answer() {
+    for (cache, api) in apis().await {
+        let (ann, bob, cat) = (
+            user(&api, "ann").await,
+            user(&api, "bob").await,
+            user(&api, "cat").await,
+        );
+        assert_eq!(
+            relation(&api, ann, bob).await.relation(),
+            pb::Relation::None,
+            "{cache}"
+        );
+        let first = ask(&api, ann, bob).await.unwrap().request.unwrap();
+        let again = ask(&api, ann, bob).await.unwrap().request.unwrap();
+        assert_eq!(
+            (again.request_id, again.state()),
+            (first.request_id, pb::RequestState::Pending),
+            "{cache}: one request"
+        );
+        let list = pb::ListFriendRequestsRequest {
+            direction: pb::Direction::Received as i32,
+            cursor: 0,
+            limit: 0,
+        };
+        let received = api
+            .list_friend_requests(as_user(bob, list))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(received.requests.len(), 1, "{cache}");
+
+        assert_eq!(
+            answer(&api, ann, first.request_id, true)
+                .await
+                .unwrap_err()
+                .code(),
+            Code::PermissionDenied,
+            "{cache}"
+        );
+        assert_eq!(
+            answer(&api, cat, first.request_id, true)
+                .await
+                .unwrap_err()
+                .code(),
+            Code::NotFound,
+            "{cache}"
+        );
+        let accepted = answer(&api, bob, first.request_id, true).await.unwrap();
+        assert_eq!(accepted.state(), pb::RequestState::Accepted, "{cache}");
+        assert_eq!(
+            answer(&api, bob, first.request_id, true)
+                .await
+                .unwrap()
+                .state(),
+            pb::RequestState::Accepted
+        );
+        assert_eq!(
+            relation(&api, ann, bob).await.relation(),
+            pb::Relation::Both,
+            "{cache}: the cache forgot the pair"
+        );
+
+        // One-sided delete: bob still lists ann.
+        api.delete_friend(as_user(ann, pb::DeleteFriendRequest { peer_id: bob }))
+            .await
+            .unwrap();
+        assert_eq!(
+            relation(&api, bob, ann).await.relation(),
+            pb::Relation::MineOnly,
+            "{cache}"
+        );
+        let changes = api
+            .list_friends(as_user(
+                ann,
+                pb::ListFriendsRequest {
+                    after_sequence: 0,
+                    limit: 0,
+                },
+            ))
+            .await
+            .unwrap();
+        let rows = changes.into_inner().friendships;
+        assert_eq!(
+            rows.iter()
+                .map(|r| (r.peer_id, r.status()))
+                .collect::<Vec<_>>(),
+            vec![(bob, pb::FriendStatus::Deleted)]
+        );
+        // Asking again comes back at once: bob still lists ann.
+        assert!(ask(&api, ann, bob).await.unwrap().friends, "{cache}");
+    }
+}
+
+#[tokio::test]
+async fn blocking_needs_no_friendship_refuses_requests_and_shows_in_checks_at_once() {
+    for (cache, api) in apis().await {
+        let (bob, cat) = (user(&api, "bob").await, user(&api, "cat").await);
+        assert!(!relation(&api, cat, bob).await.blocked_me, "{cache}");
+        let blocked = api
+            .block(as_user(bob, pb::BlockRequest { peer_id: cat }))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(blocked.friendship.unwrap().blocked);
+        let seen = relation(&api, cat, bob).await;
+        assert!(
+            seen.blocked_me && !seen.blocked_by_me && seen.exists,
+            "{cache}: {seen:?}"
+        );
+        assert_eq!(
+            ask(&api, cat, bob).await.unwrap_err().code(),
+            Code::PermissionDenied,
+            "{cache}"
+        );
+        api.unblock(as_user(bob, pb::UnblockRequest { peer_id: cat }))
+            .await
+            .unwrap();
+        assert!(!relation(&api, cat, bob).await.blocked_me, "{cache}");
+    }
+}
+
+#[tokio::test]
+async fn a_disabled_user_gets_no_tokens_and_counts_as_absent_at_once() {
+    for (cache, api) in apis().await {
+        let (ann, bob) = (user(&api, "ann").await, user(&api, "bob").await);
+        assert!(relation(&api, ann, bob).await.exists);
+        let disable = pb::SetDisabledRequest {
+            user_id: bob,
+            disabled: true,
+        };
+        let bob_now = api
+            .set_disabled(as_actor(Actor::System, disable))
+            .await
+            .unwrap()
+            .into_inner()
+            .user
+            .unwrap();
+        assert_eq!(
+            (bob_now.disabled, bob_now.token_version),
+            (true, 1),
+            "{cache}"
+        );
+        assert!(
+            !relation(&api, ann, bob).await.exists,
+            "{cache}: the cache forgot bob"
+        );
+        let token = api
+            .issue_token(as_actor(
+                Actor::System,
+                pb::IssueTokenRequest { user_id: bob },
+            ))
+            .await;
+        assert_eq!(
+            token.unwrap_err().code(),
+            Code::FailedPrecondition,
+            "{cache}"
+        );
+        let token = api
+            .issue_token(as_actor(
+                Actor::System,
+                pb::IssueTokenRequest { user_id: ann },
+            ))
+            .await;
+        assert!(token.unwrap().into_inner().token.len() > 20);
+    }
+}
+
+#[tokio::test]
+async fn bad_input_and_wrong_callers_get_precise_errors() {
+    let (_, api) = apis().await.remove(0);
+    let (ann, bob) = (user(&api, "ann").await, user(&api, "bob").await);
+    let field = |s: Status| {
+        (
+            s.code(),
+            s.message().split(':').next().unwrap_or_default().to_owned(),
+        )
+    };
+    let invalid = |f: &str| (Code::InvalidArgument, f.to_owned());
+    assert_eq!(
+        field(ask(&api, ann, ann).await.unwrap_err()),
+        invalid("to_user_id")
+    );
+    assert_eq!(
+        ask(&api, ann, 424_242).await.unwrap_err().code(),
+        Code::NotFound
+    );
+    let remark = pb::SetRemarkRequest {
+        peer_id: bob,
+        remark: "r".repeat(65),
+    };
+    assert_eq!(
+        field(api.set_remark(as_user(ann, remark)).await.unwrap_err()),
+        invalid("remark")
+    );
+    for bad in [
+        "[1,2]",
+        "{not json",
+        &format!("{{\"k\":\"{}\"}}", "x".repeat(5000)),
+    ] {
+        let update = pb::UpdateProfileRequest {
+            extra_json: Some(bad.into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            field(api.update_profile(as_user(ann, update)).await.unwrap_err()),
+            invalid("extra_json"),
+            "{bad}"
+        );
+    }
+    let avatar = pb::UpdateProfileRequest {
+        avatar_url: Some("javascript:alert(1)".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        field(api.update_profile(as_user(ann, avatar)).await.unwrap_err()),
+        invalid("avatar_url")
+    );
+    let many = pb::CheckRelationsRequest {
+        user_id: 0,
+        peer_ids: (1..=501).collect(),
+    };
+    assert_eq!(
+        field(api.check_relations(as_user(ann, many)).await.unwrap_err()),
+        invalid("peer_ids")
+    );
+    // Identity comes from metadata: the system actor cannot act as a user, a user cannot act as admin.
+    let as_system = pb::SendFriendRequestRequest {
+        to_user_id: bob,
+        ..Default::default()
+    };
+    assert_eq!(
+        api.send_friend_request(as_actor(Actor::System, as_system))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::PermissionDenied
+    );
+    let admin = pb::CreateUserRequest {
+        username: "eve".into(),
+        nickname: String::new(),
+    };
+    assert_eq!(
+        api.create_user(as_user(ann, admin))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::PermissionDenied
+    );
+    let nobody = pb::CheckRelationsRequest {
+        user_id: 0,
+        peer_ids: vec![bob],
+    };
+    assert_eq!(
+        field(
+            api.check_relations(as_actor(Actor::System, nobody))
+                .await
+                .unwrap_err()
+        ),
+        invalid("user_id")
+    );
+    let profile = pb::UpdateProfileRequest {
+        nickname: Some("Ann A.".into()),
+        ..Default::default()
+    };
+    let updated = api
+        .update_profile(as_user(ann, profile))
+        .await
+        .unwrap()
+        .into_inner()
+        .user
+        .unwrap();
+    assert_eq!(updated.nickname, "Ann A.");
+}
