@@ -123,6 +123,13 @@ impl Relay {
         self.wake.clone()
     }
 
+    /// Runs the relay on its own task until [`Running::stop`].
+    pub fn spawn(self) -> Running {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(self.run(stop.clone().cancelled_owned()));
+        Running { stop, task }
+    }
+
     /// Relays until `shutdown` completes (rows still pending stay for the next start).
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
@@ -163,6 +170,20 @@ impl Relay {
                 return Ok(());
             }
         }
+    }
+}
+
+/// A relay running on its own task.
+pub struct Running {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the relay after its current batch; pending rows wait for the next start.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        Ok(self.task.await?)
     }
 }
 

@@ -46,6 +46,15 @@ pub async fn connect_and_migrate<M: MigratorTrait>(
     Ok(db)
 }
 
+/// A readiness probe for [`crate::grpc::Server::readiness`]: ready while `db` answers.
+pub fn readiness(db: &DatabaseConnection) -> crate::grpc::Readiness {
+    let db = db.clone();
+    std::sync::Arc::new(move || {
+        let db = db.clone();
+        Box::pin(async move { ping(&db).await })
+    })
+}
+
 /// True while the database answers a trivial query.
 pub async fn ping(db: &DatabaseConnection) -> bool {
     db.execute_unprepared("SELECT 1").await.is_ok()

@@ -31,7 +31,6 @@ use imesh_kit::{
 use imesh_protos::message::message_service_server::MessageServiceServer;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
@@ -131,23 +130,17 @@ impl Service {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
-        let stop_relay = CancellationToken::new();
-        let relay = tokio::spawn(self.relay.run(stop_relay.clone().cancelled_owned()));
+        let relay = self.relay.spawn();
         let api = api::MessageApi::new(self.messages);
-        let db = self.db.clone();
         let served = grpc::Server::new(&self.config.grpc)
             .add_service(MessageServiceServer::with_interceptor(
                 api,
                 InternalAuth::new(&self.auth.internal_secret),
             ))
-            .readiness(Arc::new(move || {
-                let db = db.clone();
-                Box::pin(async move { imesh_kit::sql::ping(&db).await })
-            }))
+            .readiness(imesh_kit::sql::readiness(&self.db))
             .serve(listener, shutdown)
             .await;
-        stop_relay.cancel();
-        relay.await?;
+        relay.stop().await?;
         self.db.close().await?;
         served
     }

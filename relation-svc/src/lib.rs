@@ -31,7 +31,6 @@ use imesh_kit::{
 use imesh_protos::relation::relation_service_server::RelationServiceServer;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 use crate::{
     cache::{EdgeCache, LocalCache, memory::MemoryEdgeCache, redis::RedisEdgeCache},
@@ -161,22 +160,16 @@ impl Service {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
-        let stop_relay = CancellationToken::new();
-        let relay = tokio::spawn(self.relay.run(stop_relay.clone().cancelled_owned()));
-        let db = self.db.clone();
+        let relay = self.relay.spawn();
         let served = grpc::Server::new(&self.config.grpc)
             .add_service(RelationServiceServer::with_interceptor(
                 self.api,
                 InternalAuth::new(&self.auth.internal_secret),
             ))
-            .readiness(Arc::new(move || {
-                let db = db.clone();
-                Box::pin(async move { imesh_kit::sql::ping(&db).await })
-            }))
+            .readiness(imesh_kit::sql::readiness(&self.db))
             .serve(listener, shutdown)
             .await;
-        stop_relay.cancel();
-        relay.await?;
+        relay.stop().await?;
         self.db.close().await?;
         served
     }

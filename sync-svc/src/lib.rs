@@ -101,16 +101,12 @@ impl Service {
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
         let api = api::SyncApi::new(self.inboxes);
-        let db = self.db.clone();
         grpc::Server::new(&self.config.grpc)
             .add_service(SyncServiceServer::with_interceptor(
                 api,
                 InternalAuth::new(&self.auth.internal_secret),
             ))
-            .readiness(Arc::new(move || {
-                let db = db.clone();
-                Box::pin(async move { imesh_kit::sql::ping(&db).await })
-            }))
+            .readiness(imesh_kit::sql::readiness(&self.db))
             .serve(listener, shutdown)
             .await?;
         self.db.close().await?;
