@@ -1,34 +1,51 @@
-//! group-svc: groups, members and roles.
+//! group-svc: groups, members, roles and permission bits, mute, join flows, and the send
+//! gate every group message passes.
 //!
 //! # Layout
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
-//! - [`domain`]: groups and members: creation, map ids, lookups.
+//! - [`domain`]: the model, the rules (pure decisions under a lock on the group), the
+//!   operations, and the cached send gate.
 //! - [`store`]: the [`store::GroupStore`] port and its sea-orm adapter with migrations.
+//! - [`events`]: group changes as sync events, relayed to sync-svc through the outbox.
+//! - [`peers`]: message-svc, for the conversation seq a joiner's history starts after.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod domain;
+pub mod events;
+pub mod peers;
 pub mod store;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig, SqlConfig},
     grpc,
-    identity::InternalAuth,
+    identity::{Caller, InternalAuth},
     ids::Snowflake,
+    outbox::{Relay, SqlOutbox, SyncSink},
 };
 use imesh_protos::group::group_service_server::GroupServiceServer;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
+
+use crate::domain::{Gate, Groups, groups::SeqSource};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Config {
     pub grpc: GrpcConfig,
     pub database: SqlConfig,
+    /// message-svc's gRPC address (join_seq of new members).
+    pub message_addr: String,
+    /// sync-svc's gRPC address: group events go to members' inboxes.
+    pub sync_addr: String,
+    /// Lifetime of a cached send decision's inputs (seed 000: 1–3 s).
+    pub gate_ttl_ms: u64,
+    pub gate_max_groups: usize,
+    pub outbox_batch: u64,
 }
 
 impl Default for Config {
@@ -36,51 +53,91 @@ impl Default for Config {
         Self {
             grpc: GrpcConfig::on(([0, 0, 0, 0], 50052).into()),
             database: SqlConfig::default(),
+            message_addr: "127.0.0.1:50053".into(),
+            sync_addr: "127.0.0.1:50054".into(),
+            gate_ttl_ms: 2_000,
+            gate_max_groups: 100_000,
+            outbox_batch: 256,
         }
     }
+}
+
+/// The handlers over `db` with `seqs` for join_seq, and the relay of their events.
+pub fn wire(
+    config: &Config,
+    auth: &AuthConfig,
+    node_id: u16,
+    db: sea_orm::DatabaseConnection,
+    seqs: Arc<dyn SeqSource>,
+) -> anyhow::Result<(api::GroupApi, Relay)> {
+    let ids = Arc::new(Snowflake::new(node_id));
+    let caller = Caller::new(&auth.internal_secret)?;
+    let relay = Relay::new(
+        SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
+        Arc::new(SyncSink::new(grpc::channel(&config.sync_addr)?, caller)),
+        config.outbox_batch,
+    );
+    let store = Arc::new(store::sql::SqlGroupStore::new(
+        db,
+        ids.clone(),
+        events::encode,
+        relay.waker(),
+    ));
+    let gate = Arc::new(Gate::new(
+        store.clone(),
+        Duration::from_millis(config.gate_ttl_ms),
+        config.gate_max_groups,
+    ));
+    let groups = Arc::new(Groups::new(store, ids, seqs, gate.clone()));
+    Ok((api::GroupApi::new(groups, gate), relay))
 }
 
 /// group-svc, built and ready to serve.
 pub struct Service {
     config: Config,
     auth: AuthConfig,
-    groups: Arc<domain::Groups>,
+    api: api::GroupApi,
+    relay: Relay,
     db: sea_orm::DatabaseConnection,
 }
 
 impl Service {
-    /// Connects the database and brings its schema up to date.
+    /// Connects the database, brings its schema up to date and wires the domain.
     pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
-        let store = Arc::new(store::sql::SqlGroupStore::new(db.clone()));
-        let groups = Arc::new(domain::Groups::new(
-            store,
-            Arc::new(Snowflake::new(node_id)),
+        let caller = Caller::new(&auth.internal_secret)?;
+        let seqs = Arc::new(peers::MessageSeqs::new(
+            grpc::channel(&config.message_addr)?,
+            caller,
         ));
+        let (api, relay) = wire(&config, auth, node_id, db.clone(), seqs)?;
         Ok(Self {
             config,
             auth: auth.clone(),
-            groups,
+            api,
+            relay,
             db,
         })
     }
 
+    /// Serves gRPC and runs the outbox relay until `shutdown`.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
-        let api = api::GroupApi::new(self.groups);
-        grpc::Server::new(&self.config.grpc)
+        let relay = self.relay.spawn();
+        let served = grpc::Server::new(&self.config.grpc)
             .add_service(GroupServiceServer::with_interceptor(
-                api,
+                self.api,
                 InternalAuth::new(&self.auth.internal_secret),
             ))
             .readiness(imesh_kit::sql::readiness(&self.db))
             .serve(listener, shutdown)
-            .await?;
+            .await;
+        relay.stop().await?;
         self.db.close().await?;
-        Ok(())
+        served
     }
 }

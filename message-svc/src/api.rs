@@ -38,6 +38,20 @@ impl MessageService for MessageApi {
         let sent = self.messages.send(sender, command).await.map_err(status)?;
         Ok(Response::new(sent_to_proto(sent)))
     }
+
+    async fn conversation_seq(
+        &self,
+        request: Request<pb::ConversationSeqRequest>,
+    ) -> Result<Response<pb::ConversationSeqResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let pb::ConversationSeqRequest { conversation_id } = request.into_inner();
+        let seq = self
+            .messages
+            .current_seq(&conversation_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ConversationSeqResponse { seq }))
+    }
 }
 
 fn target_from_proto(to: pb::send_request::To) -> Target {

@@ -1,19 +1,68 @@
-//! The storage port of group-svc. Adapter: [`sql`] (sea-orm: SQLite, PostgreSQL, MySQL).
+//! The storage port of group-svc. Adapter: [`sql`] (sea-orm: SQLite, PostgreSQL, MySQL), one
+//! conformance suite over every backend.
 
 use async_trait::async_trait;
 use imesh_kit::error::StoreError;
 
-use crate::domain::{Group, Member};
+use crate::domain::{
+    Error, Group, GroupEvent, JoinRequest, Member,
+    rules::{GroupChange, GroupState},
+};
 
 pub mod sql;
 
+/// The outbox table of group events.
+pub const OUTBOX_TABLE: &str = "group_outbox";
+
+/// Encodes a group event as an outbox payload (see [`crate::events::encode`]).
+pub type EncodeEvent = fn(&GroupEvent) -> Vec<u8>;
+
+/// A decision run inside [`GroupStore::change`]'s transaction.
+pub type Plan<'a> = &'a (dyn Fn(&GroupState) -> Result<GroupChange, Error> + Send + Sync);
+
 #[async_trait]
 pub trait GroupStore: Send + Sync + 'static {
-    /// Stores a new group with its members in one transaction.
+    /// Stores a new group with its members, an operation-log row and its event, in one
+    /// transaction.
     async fn create(&self, group: &Group, members: &[Member]) -> Result<(), StoreError>;
     async fn group(&self, group_id: i64) -> Result<Option<Group>, StoreError>;
-    /// Current members, by map id.
-    async fn members(&self, group_id: i64) -> Result<Vec<Member>, StoreError>;
+    /// The rows of `users` in the group, whatever their status.
+    async fn members(&self, group_id: i64, users: &[i64]) -> Result<Vec<Member>, StoreError>;
+    /// Current members with `map_id >= from`, by map id.
+    async fn page(&self, group_id: i64, from: u32, limit: u32) -> Result<Vec<Member>, StoreError>;
+    /// Current members whose alias contains `query`.
+    async fn search(
+        &self,
+        group_id: i64,
+        query: &str,
+        limit: u32,
+    ) -> Result<Vec<Member>, StoreError>;
+    async fn member_ids(&self, group_id: i64) -> Result<Vec<i64>, StoreError>;
+    /// Groups `user` currently belongs to with `id < before`, newest first.
+    async fn groups_of(&self, user: i64, before: i64, limit: u32)
+    -> Result<Vec<Group>, StoreError>;
+    async fn join_requests(&self, group_id: i64) -> Result<Vec<JoinRequest>, StoreError>;
+    /// In one transaction: locks the group against every other change (NotFound when it
+    /// does not exist), reads its state with `actor`'s and `users`' rows and requests, runs
+    /// `plan`, and writes what it returns: the group with its version bumped and its members
+    /// recounted, the members, the requests, an operation-log row and one event. A plan that
+    /// changes nothing writes nothing. Returns the group after and the members written.
+    async fn change(
+        &self,
+        group_id: i64,
+        actor: i64,
+        users: &[i64],
+        plan: Plan<'_>,
+    ) -> Result<(Group, Vec<Member>), Error>;
+    /// Adds current members in bulk (new map ids, no events), skipping existing members;
+    /// returns how many were added.
+    async fn import(
+        &self,
+        group_id: i64,
+        users: &[i64],
+        join_seq: i64,
+        now_ms: i64,
+    ) -> Result<u32, StoreError>;
 }
 
 #[cfg(test)]

@@ -187,6 +187,14 @@ impl Messages {
 }
 
 impl Messages {
+    /// A conversation's latest stored seq (0 before its first message).
+    pub async fn current_seq(&self, conversation_id: &str) -> Result<i64, Error> {
+        if conversation_id.is_empty() || conversation_id.len() > 64 {
+            return Err(invalid("conversation_id", "must be 1–64 characters"));
+        }
+        Ok(self.store.max_seq(conversation_id).await?)
+    }
+
     /// The direct-send rules: the peer exists, neither blocked the other, and the policy.
     fn allowed(&self, peer: i64, relation: PeerRelation) -> Result<(), Error> {
         if !relation.exists {

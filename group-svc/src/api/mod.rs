@@ -1,0 +1,400 @@
+//! gRPC handlers of group-svc: read the caller, parse the request, call the domain, convert
+//! back ([`convert`]). Wire types stop here.
+
+pub mod convert;
+
+use std::sync::Arc;
+
+use imesh_kit::identity::actor;
+use imesh_protos::group::{self as pb, group_service_server::GroupService};
+use tonic::{Request, Response, Status};
+
+use crate::domain::{Gate, Groups, groups::NewGroup, rules::InfoEdit};
+use convert::{
+    group_reply, group_to_proto, kind_to_proto, member_to_proto, members_reply, role_to_proto,
+    status,
+};
+
+pub struct GroupApi {
+    groups: Arc<Groups>,
+    gate: Arc<Gate>,
+}
+
+impl GroupApi {
+    pub fn new(groups: Arc<Groups>, gate: Arc<Gate>) -> Self {
+        Self { groups, gate }
+    }
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+fn user_call<T>(request: Request<T>) -> Result<(i64, T), Status> {
+    let me = actor(&request)?.user()?;
+    Ok((me, request.into_inner()))
+}
+
+fn system_call<T>(request: Request<T>) -> Result<T, Status> {
+    actor(&request)?.require_system()?;
+    Ok(request.into_inner())
+}
+
+fn ok<T>(value: T) -> Reply<T> {
+    Ok(Response::new(value))
+}
+
+#[tonic::async_trait]
+impl GroupService for GroupApi {
+    async fn create_group(
+        &self,
+        request: Request<pb::CreateGroupRequest>,
+    ) -> Reply<pb::CreateGroupResponse> {
+        let (me, r) = user_call(request)?;
+        let new = NewGroup {
+            kind: convert::kind_from_proto(r.r#type)?,
+            join_mode: convert::join_mode_from_proto("join_mode", r.join_mode)?,
+            name: r.name,
+            member_ids: r.member_ids,
+            max_member: r.max_member,
+            avatar_url: r.avatar_url,
+            announcement: r.announcement,
+        };
+        let (group, members) = self.groups.create(me, new).await.map_err(status)?;
+        ok(pb::CreateGroupResponse {
+            group: Some(group_to_proto(&group)),
+            members: members.iter().map(member_to_proto).collect(),
+        })
+    }
+
+    async fn get_group(
+        &self,
+        request: Request<pb::GetGroupRequest>,
+    ) -> Reply<pb::GetGroupResponse> {
+        actor(&request)?;
+        let group = self
+            .groups
+            .get(request.into_inner().group_id)
+            .await
+            .map_err(status)?;
+        ok(pb::GetGroupResponse {
+            group: Some(group_to_proto(&group)),
+        })
+    }
+
+    async fn update_group(
+        &self,
+        request: Request<pb::UpdateGroupRequest>,
+    ) -> Reply<pb::GroupReply> {
+        let (me, r) = user_call(request)?;
+        let join_mode = r
+            .join_mode
+            .map(|m| convert::join_mode_from_proto("join_mode", m))
+            .transpose()?;
+        let edit = InfoEdit {
+            name: r.name,
+            avatar_url: r.avatar_url,
+            announcement: r.announcement,
+            join_mode,
+        };
+        ok(group_reply(
+            self.groups
+                .update(me, r.group_id, edit)
+                .await
+                .map_err(status)?,
+        ))
+    }
+
+    async fn invite_members(
+        &self,
+        request: Request<pb::InviteMembersRequest>,
+    ) -> Reply<pb::MembersReply> {
+        let (me, pb::InviteMembersRequest { group_id, user_ids }) = user_call(request)?;
+        ok(members_reply(
+            self.groups
+                .invite(me, group_id, &user_ids)
+                .await
+                .map_err(status)?,
+        ))
+    }
+
+    async fn join_group(
+        &self,
+        request: Request<pb::JoinGroupRequest>,
+    ) -> Reply<pb::JoinGroupResponse> {
+        let (me, pb::JoinGroupRequest { group_id, message }) = user_call(request)?;
+        let (group, member) = self
+            .groups
+            .join(me, group_id, &message)
+            .await
+            .map_err(status)?;
+        ok(pb::JoinGroupResponse {
+            group: Some(group_to_proto(&group)),
+            pending: member.is_none(),
+            member: member.as_ref().map(member_to_proto),
+        })
+    }
+
+    async fn review_join_request(
+        &self,
+        request: Request<pb::ReviewJoinRequestRequest>,
+    ) -> Reply<pb::MembersReply> {
+        let (
+            me,
+            pb::ReviewJoinRequestRequest {
+                group_id,
+                user_id,
+                approve,
+            },
+        ) = user_call(request)?;
+        ok(members_reply(
+            self.groups
+                .review(me, group_id, user_id, approve)
+                .await
+                .map_err(status)?,
+        ))
+    }
+
+    async fn list_join_requests(
+        &self,
+        request: Request<pb::ListJoinRequestsRequest>,
+    ) -> Reply<pb::ListJoinRequestsResponse> {
+        let (me, pb::ListJoinRequestsRequest { group_id }) = user_call(request)?;
+        let requests = self
+            .groups
+            .join_requests(me, group_id)
+            .await
+            .map_err(status)?;
+        ok(pb::ListJoinRequestsResponse {
+            requests: requests.iter().map(convert::request_to_proto).collect(),
+        })
+    }
+
+    async fn quit_group(&self, request: Request<pb::QuitGroupRequest>) -> Reply<pb::GroupReply> {
+        let (me, pb::QuitGroupRequest { group_id }) = user_call(request)?;
+        ok(group_reply(
+            self.groups.quit(me, group_id).await.map_err(status)?,
+        ))
+    }
+
+    async fn kick_members(
+        &self,
+        request: Request<pb::KickMembersRequest>,
+    ) -> Reply<pb::MembersReply> {
+        let (me, pb::KickMembersRequest { group_id, user_ids }) = user_call(request)?;
+        ok(members_reply(
+            self.groups
+                .kick(me, group_id, &user_ids)
+                .await
+                .map_err(status)?,
+        ))
+    }
+
+    async fn set_admin(&self, request: Request<pb::SetAdminRequest>) -> Reply<pb::MembersReply> {
+        let (
+            me,
+            pb::SetAdminRequest {
+                group_id,
+                user_id,
+                admin,
+            },
+        ) = user_call(request)?;
+        ok(members_reply(
+            self.groups
+                .set_admin(me, group_id, user_id, admin)
+                .await
+                .map_err(status)?,
+        ))
+    }
+
+    async fn transfer_owner(
+        &self,
+        request: Request<pb::TransferOwnerRequest>,
+    ) -> Reply<pb::MembersReply> {
+        let (
+            me,
+            pb::TransferOwnerRequest {
+                group_id,
+                new_owner_id,
+            },
+        ) = user_call(request)?;
+        ok(members_reply(
+            self.groups
+                .transfer(me, group_id, new_owner_id)
+                .await
+                .map_err(status)?,
+        ))
+    }
+
+    async fn mute_member(
+        &self,
+        request: Request<pb::MuteMemberRequest>,
+    ) -> Reply<pb::MembersReply> {
+        let (
+            me,
+            pb::MuteMemberRequest {
+                group_id,
+                user_id,
+                until_ms,
+            },
+        ) = user_call(request)?;
+        ok(members_reply(
+            self.groups
+                .mute(me, group_id, user_id, until_ms)
+                .await
+                .map_err(status)?,
+        ))
+    }
+
+    async fn mute_all(&self, request: Request<pb::MuteAllRequest>) -> Reply<pb::GroupReply> {
+        let (me, pb::MuteAllRequest { group_id, muted }) = user_call(request)?;
+        ok(group_reply(
+            self.groups
+                .mute_all(me, group_id, muted)
+                .await
+                .map_err(status)?,
+        ))
+    }
+
+    async fn dismiss_group(
+        &self,
+        request: Request<pb::DismissGroupRequest>,
+    ) -> Reply<pb::GroupReply> {
+        let (me, pb::DismissGroupRequest { group_id }) = user_call(request)?;
+        ok(group_reply(
+            self.groups.dismiss(me, group_id).await.map_err(status)?,
+        ))
+    }
+
+    async fn set_alias(&self, request: Request<pb::SetAliasRequest>) -> Reply<pb::MembersReply> {
+        let (me, pb::SetAliasRequest { group_id, alias }) = user_call(request)?;
+        ok(members_reply(
+            self.groups
+                .set_alias(me, group_id, &alias)
+                .await
+                .map_err(status)?,
+        ))
+    }
+
+    async fn list_my_groups(
+        &self,
+        request: Request<pb::ListMyGroupsRequest>,
+    ) -> Reply<pb::ListMyGroupsResponse> {
+        let (me, pb::ListMyGroupsRequest { cursor, limit }) = user_call(request)?;
+        let (groups, next_cursor) = self
+            .groups
+            .my_groups(me, cursor, limit)
+            .await
+            .map_err(status)?;
+        ok(pb::ListMyGroupsResponse {
+            groups: groups.iter().map(group_to_proto).collect(),
+            next_cursor,
+        })
+    }
+
+    async fn list_members(
+        &self,
+        request: Request<pb::ListMembersRequest>,
+    ) -> Reply<pb::ListMembersResponse> {
+        let (
+            me,
+            pb::ListMembersRequest {
+                group_id,
+                cursor,
+                limit,
+            },
+        ) = user_call(request)?;
+        let (members, next_cursor) = self
+            .groups
+            .members_page(me, group_id, cursor, limit)
+            .await
+            .map_err(status)?;
+        ok(pb::ListMembersResponse {
+            members: members.iter().map(member_to_proto).collect(),
+            next_cursor,
+        })
+    }
+
+    async fn get_members(
+        &self,
+        request: Request<pb::GetMembersRequest>,
+    ) -> Reply<pb::ListMembersResponse> {
+        let (me, pb::GetMembersRequest { group_id, user_ids }) = user_call(request)?;
+        let members = self
+            .groups
+            .members(me, group_id, &user_ids)
+            .await
+            .map_err(status)?;
+        ok(pb::ListMembersResponse {
+            members: members.iter().map(member_to_proto).collect(),
+            next_cursor: 0,
+        })
+    }
+
+    async fn search_members(
+        &self,
+        request: Request<pb::SearchMembersRequest>,
+    ) -> Reply<pb::ListMembersResponse> {
+        let (
+            me,
+            pb::SearchMembersRequest {
+                group_id,
+                query,
+                limit,
+            },
+        ) = user_call(request)?;
+        let members = self
+            .groups
+            .search(me, group_id, &query, limit)
+            .await
+            .map_err(status)?;
+        ok(pb::ListMembersResponse {
+            members: members.iter().map(member_to_proto).collect(),
+            next_cursor: 0,
+        })
+    }
+
+    async fn check_send(
+        &self,
+        request: Request<pb::CheckSendRequest>,
+    ) -> Reply<pb::CheckSendResponse> {
+        let pb::CheckSendRequest {
+            group_id,
+            user_id,
+            needs,
+        } = system_call(request)?;
+        let allowed = self
+            .gate
+            .check(group_id, user_id, needs)
+            .await
+            .map_err(status)?;
+        ok(pb::CheckSendResponse {
+            role: role_to_proto(allowed.role) as i32,
+            map_id: allowed.map_id,
+            version: allowed.version,
+            r#type: kind_to_proto(allowed.group.kind) as i32,
+            member_count: allowed.group.member_count,
+            join_seq: allowed.join_seq,
+        })
+    }
+
+    async fn member_ids(
+        &self,
+        request: Request<pb::MemberIdsRequest>,
+    ) -> Reply<pb::MemberIdsResponse> {
+        let pb::MemberIdsRequest { group_id } = system_call(request)?;
+        let (user_ids, version) = self.groups.member_ids(group_id).await.map_err(status)?;
+        ok(pb::MemberIdsResponse { user_ids, version })
+    }
+
+    async fn import_members(
+        &self,
+        request: Request<pb::ImportMembersRequest>,
+    ) -> Reply<pb::ImportMembersResponse> {
+        let pb::ImportMembersRequest { group_id, user_ids } = system_call(request)?;
+        let added = self
+            .groups
+            .import(group_id, &user_ids)
+            .await
+            .map_err(status)?;
+        ok(pb::ImportMembersResponse { added })
+    }
+}

@@ -1,0 +1,473 @@
+//! The group operations: parse, then plan with [`super::rules`] under the store's lock on
+//! the group, then forget the group's cached send decisions.
+
+use std::sync::Arc;
+
+use imesh_kit::{error::StoreError, ids::Snowflake};
+
+use super::{
+    Error, Gate, Group, GroupStatus, GroupType, JoinMode, JoinRequest, Member, MemberStatus, Role,
+    conversation_id, invalid,
+    rules::{self, GroupChange, GroupState, InfoEdit, Now},
+};
+use crate::store::GroupStore;
+
+/// Where a joiner's `join_seq` comes from: the conversation's current seq (message-svc).
+#[async_trait::async_trait]
+pub trait SeqSource: Send + Sync + 'static {
+    async fn current_seq(&self, conversation_id: &str) -> anyhow::Result<i64>;
+}
+
+/// Most users one call may name.
+pub const MAX_USERS_PER_CALL: usize = 500;
+pub const DEFAULT_MAX_MEMBER: u32 = 500;
+pub const SUPER_GROUP_MAX_MEMBER: u32 = 100_000;
+
+/// A new group as its owner describes it.
+#[derive(Debug, Clone, Default)]
+pub struct NewGroup {
+    pub name: String,
+    pub member_ids: Vec<i64>,
+    pub kind: GroupType,
+    pub join_mode: JoinMode,
+    pub max_member: u32,
+    pub avatar_url: String,
+    pub announcement: String,
+}
+
+pub struct Groups {
+    store: Arc<dyn GroupStore>,
+    ids: Arc<Snowflake>,
+    seqs: Arc<dyn SeqSource>,
+    gate: Arc<Gate>,
+}
+
+impl Groups {
+    pub fn new(
+        store: Arc<dyn GroupStore>,
+        ids: Arc<Snowflake>,
+        seqs: Arc<dyn SeqSource>,
+        gate: Arc<Gate>,
+    ) -> Self {
+        Self {
+            store,
+            ids,
+            seqs,
+            gate,
+        }
+    }
+
+    /// Creates a group owned by `owner` with `new.member_ids` (duplicates and the owner
+    /// himself are ignored); map ids in join order, the owner's first.
+    pub async fn create(&self, owner: i64, new: NewGroup) -> Result<(Group, Vec<Member>), Error> {
+        let name = parse_name(&new.name)?;
+        let users = parse_users("member_ids", &new.member_ids)?;
+        let ceiling = if new.kind == GroupType::Super {
+            SUPER_GROUP_MAX_MEMBER
+        } else {
+            2_000
+        };
+        let max_member = match new.max_member {
+            0 if new.kind == GroupType::Super => SUPER_GROUP_MAX_MEMBER,
+            0 => DEFAULT_MAX_MEMBER,
+            m if m <= ceiling => m,
+            _ => {
+                return Err(invalid(
+                    "max_member",
+                    format!("must be at most {ceiling} for this group type"),
+                ));
+            }
+        };
+        let mut all = vec![owner];
+        all.extend(users.into_iter().filter(|u| *u != owner));
+        if all.len() > max_member as usize {
+            return Err(invalid(
+                "member_ids",
+                format!("more than max_member ({max_member})"),
+            ));
+        }
+        let now = imesh_kit::ids::unix_ms();
+        let id = self.ids.next_id();
+        let members: Vec<Member> = all
+            .iter()
+            .enumerate()
+            .map(|(i, &user_id)| Member {
+                group_id: id,
+                user_id,
+                role: if user_id == owner {
+                    Role::Owner
+                } else {
+                    Role::Member
+                },
+                map_id: i as u32,
+                alias: String::new(),
+                mute_until_ms: 0,
+                join_seq: 0,
+                joined_at_ms: now,
+                status: MemberStatus::Normal,
+                extra_permissions: 0,
+            })
+            .collect();
+        let group = Group {
+            id,
+            kind: new.kind,
+            name,
+            avatar_url: parse_text("avatar_url", &new.avatar_url, 512)?,
+            announcement: parse_text("announcement", &new.announcement, 2_000)?,
+            owner_id: owner,
+            member_count: members.len() as u32,
+            max_member,
+            mute_all: false,
+            join_mode: new.join_mode,
+            status: GroupStatus::Normal,
+            version: 1,
+            created_at_ms: now,
+            next_map_id: members.len() as u32,
+        };
+        self.store.create(&group, &members).await?;
+        Ok((group, members))
+    }
+
+    pub async fn get(&self, group_id: i64) -> Result<Group, Error> {
+        self.store.group(group_id).await?.ok_or(Error::NotFound)
+    }
+
+    pub async fn update(&self, me: i64, group_id: i64, edit: InfoEdit) -> Result<Group, Error> {
+        let edit = InfoEdit {
+            name: edit.name.map(|n| parse_name(&n)).transpose()?,
+            avatar_url: edit
+                .avatar_url
+                .map(|u| parse_text("avatar_url", &u, 512))
+                .transpose()?,
+            announcement: edit
+                .announcement
+                .map(|a| parse_text("announcement", &a, 2_000))
+                .transpose()?,
+            join_mode: edit.join_mode,
+        };
+        Ok(self
+            .change(group_id, me, &[], &move |s| rules::update(s, &edit))
+            .await?
+            .0)
+    }
+
+    pub async fn invite(
+        &self,
+        me: i64,
+        group_id: i64,
+        users: &[i64],
+    ) -> Result<(Group, Vec<Member>), Error> {
+        let users = parse_users("user_ids", users)?;
+        let now = self.now(group_id).await?;
+        self.change(group_id, me, &users.clone(), &move |s| {
+            rules::invite(s, &users, now)
+        })
+        .await
+    }
+
+    /// The caller joins (free mode) or asks to (approval mode); `None` member: pending.
+    pub async fn join(
+        &self,
+        me: i64,
+        group_id: i64,
+        message: &str,
+    ) -> Result<(Group, Option<Member>), Error> {
+        let message = parse_text("message", message, 256)?;
+        let now = self.now(group_id).await?;
+        let (group, _) = self
+            .change(group_id, me, &[me], &move |s| rules::join(s, &message, now))
+            .await?;
+        let member = self
+            .store
+            .members(group_id, &[me])
+            .await?
+            .into_iter()
+            .find(Member::is_current);
+        Ok((group, member))
+    }
+
+    pub async fn review(
+        &self,
+        me: i64,
+        group_id: i64,
+        user: i64,
+        approve: bool,
+    ) -> Result<(Group, Vec<Member>), Error> {
+        let now = self.now(group_id).await?;
+        self.change(group_id, me, &[user], &move |s| {
+            rules::review(s, user, approve, now)
+        })
+        .await
+    }
+
+    pub async fn join_requests(&self, me: i64, group_id: i64) -> Result<Vec<JoinRequest>, Error> {
+        let (group, actor) = self.as_member(me, group_id).await?;
+        rules::alive(&group)?;
+        if actor.role < Role::Admin {
+            return Err(Error::Forbidden(
+                "group_id: only admins and the owner see join requests",
+            ));
+        }
+        Ok(self.store.join_requests(group_id).await?)
+    }
+
+    pub async fn quit(&self, me: i64, group_id: i64) -> Result<Group, Error> {
+        Ok(self.change(group_id, me, &[], &rules::quit).await?.0)
+    }
+
+    pub async fn kick(
+        &self,
+        me: i64,
+        group_id: i64,
+        users: &[i64],
+    ) -> Result<(Group, Vec<Member>), Error> {
+        let users = parse_users("user_ids", users)?;
+        self.change(group_id, me, &users.clone(), &move |s| {
+            rules::kick(s, &users)
+        })
+        .await
+    }
+
+    pub async fn set_admin(
+        &self,
+        me: i64,
+        group_id: i64,
+        user: i64,
+        admin: bool,
+    ) -> Result<(Group, Vec<Member>), Error> {
+        self.change(group_id, me, &[user], &move |s| {
+            rules::set_admin(s, user, admin)
+        })
+        .await
+    }
+
+    pub async fn transfer(
+        &self,
+        me: i64,
+        group_id: i64,
+        new_owner: i64,
+    ) -> Result<(Group, Vec<Member>), Error> {
+        self.change(group_id, me, &[new_owner], &move |s| {
+            rules::transfer(s, new_owner)
+        })
+        .await
+    }
+
+    pub async fn mute(
+        &self,
+        me: i64,
+        group_id: i64,
+        user: i64,
+        until_ms: i64,
+    ) -> Result<(Group, Vec<Member>), Error> {
+        let now = Now {
+            ms: imesh_kit::ids::unix_ms(),
+            seq: 0,
+        };
+        self.change(group_id, me, &[user], &move |s| {
+            rules::mute(s, user, until_ms, now)
+        })
+        .await
+    }
+
+    pub async fn mute_all(&self, me: i64, group_id: i64, muted: bool) -> Result<Group, Error> {
+        Ok(self
+            .change(group_id, me, &[], &move |s| rules::mute_all(s, muted))
+            .await?
+            .0)
+    }
+
+    pub async fn dismiss(&self, me: i64, group_id: i64) -> Result<Group, Error> {
+        Ok(self.change(group_id, me, &[], &rules::dismiss).await?.0)
+    }
+
+    pub async fn set_alias(
+        &self,
+        me: i64,
+        group_id: i64,
+        alias: &str,
+    ) -> Result<(Group, Vec<Member>), Error> {
+        let alias = parse_text("alias", alias, 32)?;
+        self.change(group_id, me, &[], &move |s| rules::set_alias(s, &alias))
+            .await
+    }
+
+    pub async fn my_groups(
+        &self,
+        me: i64,
+        cursor: i64,
+        limit: u32,
+    ) -> Result<(Vec<Group>, i64), Error> {
+        let limit = page_limit(limit, 50, 200)?;
+        let before = if cursor <= 0 { i64::MAX } else { cursor };
+        let mut page = self.store.groups_of(me, before, limit + 1).await?;
+        let next = if page.len() > limit as usize {
+            page.truncate(limit as usize);
+            page.last().map_or(0, |g| g.id)
+        } else {
+            0
+        };
+        Ok((page, next))
+    }
+
+    /// A page of current members; only members see the list.
+    pub async fn members_page(
+        &self,
+        me: i64,
+        group_id: i64,
+        cursor: u32,
+        limit: u32,
+    ) -> Result<(Vec<Member>, u32), Error> {
+        self.as_member(me, group_id).await?;
+        let limit = page_limit(limit, 100, 500)?;
+        let mut page = self.store.page(group_id, cursor, limit + 1).await?;
+        let next = if page.len() > limit as usize {
+            page.pop().map_or(0, |m| m.map_id)
+        } else {
+            0
+        };
+        Ok((page, next))
+    }
+
+    pub async fn members(
+        &self,
+        me: i64,
+        group_id: i64,
+        users: &[i64],
+    ) -> Result<Vec<Member>, Error> {
+        self.as_member(me, group_id).await?;
+        let users = parse_users("user_ids", users)?;
+        Ok(self.store.members(group_id, &users).await?)
+    }
+
+    pub async fn search(
+        &self,
+        me: i64,
+        group_id: i64,
+        query: &str,
+        limit: u32,
+    ) -> Result<Vec<Member>, Error> {
+        self.as_member(me, group_id).await?;
+        let query = query.trim();
+        if query.is_empty() || query.chars().count() > 32 {
+            return Err(invalid("query", "must be 1–32 characters"));
+        }
+        Ok(self
+            .store
+            .search(group_id, query, page_limit(limit, 20, 100)?)
+            .await?)
+    }
+
+    pub async fn member_ids(&self, group_id: i64) -> Result<(Vec<i64>, i64), Error> {
+        let group = self.get(group_id).await?;
+        if group.kind == GroupType::Super {
+            return Err(Error::Precondition(
+                "group_id: super groups have no full member list",
+            ));
+        }
+        Ok((self.store.member_ids(group_id).await?, group.version))
+    }
+
+    /// Bulk adds (imports, load tests): no events, no invitation rules.
+    pub async fn import(&self, group_id: i64, users: &[i64]) -> Result<u32, Error> {
+        if users.len() > 10_000 || users.iter().any(|u| *u <= 0) {
+            return Err(invalid(
+                "user_ids",
+                "must be at most 10,000 user ids per call",
+            ));
+        }
+        let now = self.now(group_id).await?;
+        let added = match self.store.import(group_id, users, now.seq, now.ms).await {
+            Err(StoreError::NotFound) => return Err(Error::NotFound),
+            other => other?,
+        };
+        self.gate.forget(group_id);
+        Ok(added)
+    }
+
+    async fn as_member(&self, me: i64, group_id: i64) -> Result<(Group, Member), Error> {
+        let group = self.get(group_id).await?;
+        let member = self
+            .store
+            .members(group_id, &[me])
+            .await?
+            .into_iter()
+            .find(Member::is_current);
+        Ok((
+            group,
+            member.ok_or(Error::NotMember(
+                "group_id: you are not a member of this group",
+            ))?,
+        ))
+    }
+
+    async fn now(&self, group_id: i64) -> Result<Now, Error> {
+        let seq = self
+            .seqs
+            .current_seq(&conversation_id(group_id))
+            .await
+            .map_err(Error::Seq)?;
+        Ok(Now {
+            ms: imesh_kit::ids::unix_ms(),
+            seq,
+        })
+    }
+
+    async fn change(
+        &self,
+        group_id: i64,
+        me: i64,
+        users: &[i64],
+        plan: &(dyn Fn(&GroupState) -> Result<GroupChange, Error> + Send + Sync),
+    ) -> Result<(Group, Vec<Member>), Error> {
+        let done = match self.store.change(group_id, me, users, plan).await {
+            Err(Error::Store(StoreError::NotFound)) => return Err(Error::NotFound),
+            other => other?,
+        };
+        self.gate.forget(group_id);
+        Ok(done)
+    }
+}
+
+fn parse_name(raw: &str) -> Result<String, Error> {
+    let name = raw.trim();
+    if name.is_empty() || name.chars().count() > 64 {
+        return Err(invalid("name", "must be 1–64 characters"));
+    }
+    Ok(name.to_owned())
+}
+
+fn parse_text(field: &'static str, raw: &str, max: usize) -> Result<String, Error> {
+    if raw.chars().count() > max {
+        return Err(invalid(field, format!("must be at most {max} characters")));
+    }
+    Ok(raw.to_owned())
+}
+
+/// Positive ids, at most [`MAX_USERS_PER_CALL`], duplicates dropped.
+fn parse_users(field: &'static str, raw: &[i64]) -> Result<Vec<i64>, Error> {
+    if raw.len() > MAX_USERS_PER_CALL {
+        return Err(invalid(
+            field,
+            format!("at most {MAX_USERS_PER_CALL} per call"),
+        ));
+    }
+    if raw.iter().any(|id| *id <= 0) {
+        return Err(invalid(field, "must be user ids"));
+    }
+    let mut users = Vec::with_capacity(raw.len());
+    for id in raw {
+        if !users.contains(id) {
+            users.push(*id);
+        }
+    }
+    Ok(users)
+}
+
+fn page_limit(limit: u32, default: u32, max: u32) -> Result<u32, Error> {
+    match limit {
+        0 => Ok(default),
+        l if l <= max => Ok(l),
+        _ => Err(invalid("limit", format!("must be at most {max}"))),
+    }
+}

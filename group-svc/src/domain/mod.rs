@@ -1,0 +1,180 @@
+//! Groups and their members (seed 000, RBAC of seed 001), with no tonic or sea-orm types:
+//! the model here, the decisions in [`rules`] (pure functions of a group's state, run under
+//! the store's lock on the group), the operations in [`groups`], the send gate in [`gate`].
+
+pub mod gate;
+pub mod groups;
+pub mod rules;
+
+use imesh_kit::error::StoreError;
+
+pub use gate::Gate;
+pub use groups::Groups;
+
+/// Permission bits (seed 001).
+pub mod perm {
+    pub const SEND_MSG: u32 = 1;
+    pub const RECALL_OTHER: u32 = 2;
+    pub const KICK: u32 = 4;
+    pub const INVITE: u32 = 8;
+    pub const MUTE: u32 = 16;
+    pub const SET_ADMIN: u32 = 32;
+    pub const EDIT_INFO: u32 = 64;
+    pub const AT_ALL: u32 = 128;
+    pub const DISMISS: u32 = 1024;
+    pub const ALL: u32 =
+        SEND_MSG | RECALL_OTHER | KICK | INVITE | MUTE | SET_ADMIN | EDIT_INFO | AT_ALL | DISMISS;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Member = 1,
+    Admin = 2,
+    Owner = 3,
+}
+
+impl Role {
+    /// The bits a role grants.
+    pub fn permissions(self) -> u32 {
+        use perm::*;
+        match self {
+            Role::Member => SEND_MSG | INVITE,
+            Role::Admin => SEND_MSG | INVITE | RECALL_OTHER | KICK | MUTE | EDIT_INFO | AT_ALL,
+            Role::Owner => ALL,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupType {
+    #[default]
+    Normal,
+    Super,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JoinMode {
+    #[default]
+    Invite,
+    Approval,
+    Free,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupStatus {
+    #[default]
+    Normal,
+    Dismissed,
+    Banned,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemberStatus {
+    #[default]
+    Normal,
+    Quit,
+    Kicked,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Group {
+    pub id: i64,
+    pub kind: GroupType,
+    pub name: String,
+    pub avatar_url: String,
+    pub announcement: String,
+    pub owner_id: i64,
+    /// Counted by the store after every change.
+    pub member_count: u32,
+    pub max_member: u32,
+    pub mute_all: bool,
+    pub join_mode: JoinMode,
+    pub status: GroupStatus,
+    /// Bumped by the store on every change.
+    pub version: i64,
+    pub created_at_ms: i64,
+    /// The map id the next joiner gets (map ids are never reused).
+    pub next_map_id: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub group_id: i64,
+    pub user_id: i64,
+    pub role: Role,
+    /// Dense per-group index, assigned at join and never reused.
+    pub map_id: u32,
+    pub alias: String,
+    /// 0: not muted.
+    pub mute_until_ms: i64,
+    /// The conversation seq at join.
+    pub join_seq: i64,
+    pub joined_at_ms: i64,
+    pub status: MemberStatus,
+    pub extra_permissions: u32,
+}
+
+impl Member {
+    pub fn is_current(&self) -> bool {
+        self.status == MemberStatus::Normal
+    }
+
+    pub fn permissions(&self) -> u32 {
+        self.role.permissions() | self.extra_permissions
+    }
+
+    pub fn can(&self, bits: u32) -> bool {
+        self.is_current() && self.permissions() & bits == bits
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinRequest {
+    pub group_id: i64,
+    pub user_id: i64,
+    pub message: String,
+    /// 0 when the user applied; else the member who invited them.
+    pub inviter_id: i64,
+    pub created_at_ms: i64,
+}
+
+/// What a group change tells devices: the group after it, what happened, who did it, the
+/// members it changed, and who hears of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEvent {
+    pub group: Group,
+    pub op: &'static str,
+    pub operator: i64,
+    pub members: Vec<Member>,
+    pub recipients: Vec<i64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    #[error("group_id: no such group")]
+    NotFound,
+    #[error("{0}")]
+    NotMember(&'static str),
+    #[error("{0}")]
+    Forbidden(&'static str),
+    #[error("{0}")]
+    Precondition(&'static str),
+    #[error("the conversation seq could not be read")]
+    Seq(#[source] anyhow::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// The conversation id of a group (message-svc's naming).
+pub fn conversation_id(group_id: i64) -> String {
+    format!("g:{group_id}")
+}

@@ -1,0 +1,8 @@
+//! The sea-orm adapter of [`super::GroupStore`] and group-svc's migrations.
+
+mod entities;
+mod schema;
+mod store;
+
+pub use schema::Migrator;
+pub use store::SqlGroupStore;
