@@ -164,6 +164,7 @@ impl Cluster {
                 database: spec.message_db.clone(),
                 redis: spec.redis.clone(),
                 relation_addr: addrs.relation.to_string(),
+                group_addr: addrs.group.to_string(),
                 sync_addr: addrs.sync.to_string(),
                 ..Default::default()
             },

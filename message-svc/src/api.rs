@@ -6,7 +6,7 @@ use imesh_kit::{error, identity};
 use imesh_protos::message::{self as pb, message_service_server::MessageService};
 use tonic::{Request, Response, Status};
 
-use crate::domain::{Content, Error, Messages, SendCommand, Sent, Target};
+use crate::domain::{Content, Error, GroupRefusal, Messages, SendCommand, Sent, Target};
 
 pub struct MessageApi {
     messages: Arc<Messages>,
@@ -85,7 +85,11 @@ fn status(err: Error) -> Status {
         Error::TooLarge { .. } => Status::invalid_argument(err.to_string()),
         Error::UnknownUser(_) => Status::not_found(err.to_string()),
         Error::Refused(_) => Status::permission_denied(err.to_string()),
-        Error::GroupsUnsupported => Status::unimplemented(err.to_string()),
+        Error::GroupRefused(why, ref message) => match why {
+            GroupRefusal::NotFound => Status::not_found(message.clone()),
+            GroupRefusal::Forbidden => Status::permission_denied(message.clone()),
+            GroupRefusal::Precondition => Status::failed_precondition(message.clone()),
+        },
         Error::Store(imesh_kit::error::StoreError::Unavailable(ref e)) => {
             error::unavailable(e.as_ref())
         }

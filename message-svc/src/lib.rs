@@ -40,6 +40,8 @@ pub struct Config {
     pub redis: RedisConfig,
     /// relation-svc's gRPC address (`host:port`).
     pub relation_addr: String,
+    /// group-svc's gRPC address (CheckSend, MemberIds).
+    pub group_addr: String,
     /// sync-svc's gRPC address.
     pub sync_addr: String,
     pub max_content_bytes: usize,
@@ -58,6 +60,7 @@ impl Default for Config {
             database: SqlConfig::default(),
             redis: RedisConfig::default(),
             relation_addr: "127.0.0.1:50051".into(),
+            group_addr: "127.0.0.1:50052".into(),
             sync_addr: "127.0.0.1:50054".into(),
             max_content_bytes: 12 * 1024,
             direct_policy: domain::DirectPolicy::Anyone,
@@ -100,11 +103,14 @@ impl Service {
             Arc::new(sink),
             config.outbox_batch,
         );
+        let groups =
+            peers::GroupServiceGate::new(grpc::channel(&config.group_addr)?, caller.clone());
         let directory =
             peers::RelationDirectory::new(grpc::channel(&config.relation_addr)?, caller);
         let messages = domain::Messages::new(
             Arc::new(store::sql::SqlMessageStore::new(db.clone())),
             Arc::new(directory),
+            Arc::new(groups),
             Arc::new(seqs),
             Arc::new(Snowflake::new(node_id)),
             events::encode_fanout,

@@ -1,12 +1,13 @@
 //! Clients of the services message-svc asks before storing a message.
 
 use imesh_kit::identity::{Actor, Caller};
-use imesh_protos::relation::{
-    CheckRelationsRequest, Relation, relation_service_client::RelationServiceClient,
+use imesh_protos::{
+    group::{CheckSendRequest, MemberIdsRequest, group_service_client::GroupServiceClient},
+    relation::{CheckRelationsRequest, Relation, relation_service_client::RelationServiceClient},
 };
-use tonic::transport::Channel;
+use tonic::{Code, transport::Channel};
 
-use crate::domain::{Directory, PeerRelation};
+use crate::domain::{Directory, GroupGate, GroupRefusal, PeerRelation};
 
 /// [`Directory`] backed by relation-svc's cached `CheckRelations`.
 pub struct RelationDirectory {
@@ -49,5 +50,59 @@ impl Directory for RelationDirectory {
             sender_blocked_peer: found.blocked_by_me,
             peer_blocked_sender: found.blocked_me,
         })
+    }
+}
+
+/// [`GroupGate`] backed by group-svc's `CheckSend` and `MemberIds`.
+pub struct GroupServiceGate {
+    client: GroupServiceClient<Channel>,
+    caller: Caller,
+}
+
+impl GroupServiceGate {
+    pub fn new(channel: Channel, caller: Caller) -> Self {
+        Self {
+            client: GroupServiceClient::new(channel),
+            caller,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl GroupGate for GroupServiceGate {
+    async fn recipients(
+        &self,
+        group: i64,
+        sender: i64,
+    ) -> anyhow::Result<Result<Vec<i64>, (GroupRefusal, String)>> {
+        let check = CheckSendRequest {
+            group_id: group,
+            user_id: sender,
+            needs: 0,
+        };
+        let refusal = |status: tonic::Status| {
+            let why = match status.code() {
+                Code::NotFound => GroupRefusal::NotFound,
+                Code::PermissionDenied => GroupRefusal::Forbidden,
+                Code::FailedPrecondition => GroupRefusal::Precondition,
+                _ => return Err(anyhow::Error::new(status)),
+            };
+            Ok(Err((why, status.message().to_owned())))
+        };
+        let mut client = self.client.clone();
+        if let Err(status) = client
+            .check_send(self.caller.request(Actor::System, check))
+            .await
+        {
+            return refusal(status);
+        }
+        let ids = MemberIdsRequest { group_id: group };
+        match client
+            .member_ids(self.caller.request(Actor::System, ids))
+            .await
+        {
+            Ok(reply) => Ok(Ok(reply.into_inner().user_ids)),
+            Err(status) => refusal(status),
+        }
     }
 }

@@ -102,9 +102,25 @@ impl Device {
 
     /// Sends a text message; the reply is a `SendAck` or an `Error`.
     pub async fn send_text(&mut self, to: i64, client_msg_id: &str, text: &str) -> Body {
+        self.send_text_to(send_request::To::UserId(to), client_msg_id, text)
+            .await
+    }
+
+    /// Sends a text message to a group; the reply is a `SendAck` or an `Error`.
+    pub async fn send_group_text(&mut self, group: i64, client_msg_id: &str, text: &str) -> Body {
+        self.send_text_to(send_request::To::GroupId(group), client_msg_id, text)
+            .await
+    }
+
+    async fn send_text_to(
+        &mut self,
+        to: send_request::To,
+        client_msg_id: &str,
+        text: &str,
+    ) -> Body {
         let request = SendRequest {
             client_msg_id: client_msg_id.into(),
-            to: Some(send_request::To::UserId(to)),
+            to: Some(to),
             content: Some(Content {
                 kind: Some(content::Kind::Text(Text { text: text.into() })),
             }),

@@ -20,8 +20,9 @@ pub enum Error {
     TooLarge { size: usize, limit: usize },
     #[error("user_id: no user {0}")]
     UnknownUser(i64),
-    #[error("group_id: group conversations are not served by this version yet")]
-    GroupsUnsupported,
+    /// group-svc refused the send (its message names the field and the reason).
+    #[error("{1}")]
+    GroupRefused(GroupRefusal, String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("user_id: {0}")]
@@ -54,6 +55,26 @@ pub trait Directory: Send + Sync + 'static {
     async fn relation(&self, sender: i64, peer: i64) -> anyhow::Result<PeerRelation>;
 }
 
+/// Why group-svc refused a group send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupRefusal {
+    NotFound,
+    Forbidden,
+    Precondition,
+}
+
+/// group-svc's send gate and member list, as message-svc needs them.
+#[async_trait::async_trait]
+pub trait GroupGate: Send + Sync + 'static {
+    /// The members a message from `sender` to `group` goes to, when group-svc allows it now
+    /// (membership as of the send). `Ok(Err(..))` is a refusal; `Err` a failure to ask.
+    async fn recipients(
+        &self,
+        group: i64,
+        sender: i64,
+    ) -> anyhow::Result<Result<Vec<i64>, (GroupRefusal, String)>>;
+}
+
 /// Who may start a direct conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -76,6 +97,7 @@ pub struct Limits {
 pub struct Messages {
     store: Arc<dyn MessageStore>,
     directory: Arc<dyn Directory>,
+    groups: Arc<dyn GroupGate>,
     seqs: Arc<SeqAllocator>,
     ids: Arc<Snowflake>,
     encode: EncodeEvent,
@@ -93,6 +115,7 @@ impl Messages {
     pub fn new(
         store: Arc<dyn MessageStore>,
         directory: Arc<dyn Directory>,
+        groups: Arc<dyn GroupGate>,
         seqs: Arc<SeqAllocator>,
         ids: Arc<Snowflake>,
         encode: EncodeEvent,
@@ -102,6 +125,7 @@ impl Messages {
         Self {
             store,
             directory,
+            groups,
             seqs,
             ids,
             encode,
@@ -181,7 +205,18 @@ impl Messages {
                 self.allowed(peer, relation)?;
                 Ok((direct_conversation(sender, peer), vec![sender, peer]))
             }
-            Target::Group(_) => Err(Error::GroupsUnsupported),
+            Target::Group(group) => {
+                if group <= 0 {
+                    return Err(invalid("group_id", "must be a group id"));
+                }
+                let recipients = self
+                    .groups
+                    .recipients(group, sender)
+                    .await
+                    .map_err(Error::Directory)?
+                    .map_err(|(why, message)| Error::GroupRefused(why, message))?;
+                Ok((format!("g:{group}"), recipients))
+            }
         }
     }
 }

@@ -8,6 +8,8 @@ use imesh_kit::{
     testing,
 };
 
+use prost::Message as _;
+
 use super::*;
 use crate::store::{
     OUTBOX_TABLE,
@@ -29,6 +31,24 @@ impl Directory for Users {
     }
 }
 
+/// Group 7 has members 1, 2 and 3; user 3 is muted there.
+struct Groups;
+
+#[async_trait::async_trait]
+impl GroupGate for Groups {
+    async fn recipients(
+        &self,
+        group: i64,
+        sender: i64,
+    ) -> anyhow::Result<Result<Vec<i64>, (GroupRefusal, String)>> {
+        Ok(match (group, sender) {
+            (7, 3) => Err((GroupRefusal::Forbidden, "group_id: you are muted".into())),
+            (7, 1 | 2) => Ok(vec![1, 2, 3]),
+            _ => Err((GroupRefusal::NotFound, "group_id: no such group".into())),
+        })
+    }
+}
+
 async fn messages() -> (Messages, SqlOutbox) {
     messages_with(DirectPolicy::Anyone).await
 }
@@ -46,6 +66,7 @@ async fn messages_with(direct_policy: DirectPolicy) -> (Messages, SqlOutbox) {
     let messages = Messages::new(
         Arc::new(SqlMessageStore::new(db.clone())),
         Arc::new(Users),
+        Arc::new(Groups),
         Arc::new(seqs),
         Arc::new(Snowflake::new(0)),
         crate::events::encode_fanout,
@@ -165,4 +186,35 @@ async fn blocked_senders_and_non_friends_under_the_friends_policy_are_refused() 
         1,
         "refused sends stored nothing"
     );
+}
+
+#[tokio::test]
+async fn group_sends_go_to_the_members_group_svc_names_and_refusals_store_nothing() {
+    let (messages, outbox) = messages().await;
+    let to_group = |id: &str, group| SendCommand {
+        client_msg_id: id.into(),
+        to: Some(Target::Group(group)),
+        content: Some(Content::Text("all".into())),
+    };
+    let sent = messages.send(1, to_group("g1", 7)).await.unwrap();
+    assert_eq!((sent.conversation_id.as_str(), sent.seq), ("g:7", 1));
+    let second = messages.send(2, to_group("g2", 7)).await.unwrap();
+    assert_eq!(
+        second.seq, 2,
+        "one seq per group conversation, whoever sends"
+    );
+    let muted = messages.send(3, to_group("g3", 7)).await.unwrap_err();
+    assert!(
+        matches!(muted, Error::GroupRefused(GroupRefusal::Forbidden, ref m) if m.contains("muted")),
+        "{muted:?}"
+    );
+    let unknown = messages.send(1, to_group("g4", 8)).await.unwrap_err();
+    assert!(
+        matches!(unknown, Error::GroupRefused(GroupRefusal::NotFound, _)),
+        "{unknown:?}"
+    );
+    let rows = outbox.pending(10).await.unwrap();
+    assert_eq!(rows.len(), 2, "refused sends stored nothing");
+    let fanout = imesh_protos::sync::Fanout::decode(rows[0].payload.as_slice()).unwrap();
+    assert_eq!(fanout.recipient_ids, vec![1, 2, 3]);
 }
