@@ -398,3 +398,6 @@ impl GroupService for GroupApi {
         ok(pb::ImportMembersResponse { added })
     }
 }
+
+#[cfg(test)]
+mod tests;

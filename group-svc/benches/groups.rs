@@ -1,0 +1,101 @@
+//! The group hot paths on the embedded default (SQLite): `CheckSend` answered from the gate's
+//! cache, and paging / searching a 100,000-member super group (built with the bulk import,
+//! whose duration is printed once).
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use group_svc::{
+    domain::{Gate, Group, GroupType, JoinMode, Member, MemberStatus, Role},
+    store::{GroupStore, sql},
+};
+use imesh_kit::{ids::Snowflake, testing};
+
+async fn store() -> Arc<dyn GroupStore> {
+    let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
+    let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
+        .await
+        .unwrap();
+    Arc::new(sql::SqlGroupStore::new(
+        db,
+        Arc::new(Snowflake::new(1)),
+        group_svc::events::encode,
+        Default::default(),
+    ))
+}
+
+/// Group `id` of `kind` owned by user 1, with `members` members in all (users 1..=members).
+async fn group(store: &dyn GroupStore, id: i64, kind: GroupType, members: i64) {
+    let group = Group {
+        id,
+        kind,
+        name: "bench".into(),
+        owner_id: 1,
+        member_count: 1,
+        max_member: 100_000,
+        join_mode: JoinMode::Invite,
+        version: 1,
+        next_map_id: 1,
+        ..Default::default()
+    };
+    let owner = Member {
+        group_id: id,
+        user_id: 1,
+        role: Role::Owner,
+        map_id: 0,
+        alias: String::new(),
+        mute_until_ms: 0,
+        join_seq: 0,
+        joined_at_ms: 0,
+        status: MemberStatus::Normal,
+        extra_permissions: 0,
+    };
+    store.create(&group, &[owner]).await.unwrap();
+    let users: Vec<i64> = (2..=members).collect();
+    for chunk in users.chunks(10_000) {
+        store.import(id, chunk, 0, 0).await.unwrap();
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rt.block_on(store());
+    rt.block_on(group(&*store, 1, GroupType::Normal, 1_000));
+    let started = Instant::now();
+    rt.block_on(group(&*store, 2, GroupType::Super, 100_000));
+    println!(
+        "bulk import of a 100,000-member super group: {:?}",
+        started.elapsed()
+    );
+    let gate = Gate::new(store.clone(), Duration::from_secs(600), 100_000);
+    for user in 1..=1_000 {
+        rt.block_on(gate.check(1, user, 0)).unwrap();
+    }
+
+    let mut g = c.benchmark_group("groups");
+    g.throughput(Throughput::Elements(1));
+    let mut user = 0;
+    g.bench_function("check_send/cached, 1,000-member group", |b| {
+        b.iter(|| {
+            user = user % 1_000 + 1;
+            rt.block_on(gate.check(1, user, 0)).unwrap()
+        })
+    });
+    g.bench_function(
+        "page of 100/100,000-member group, from map id 50,000",
+        |b| b.iter(|| rt.block_on(store.page(2, 50_000, 100)).unwrap()),
+    );
+    g.bench_function("page of 100/100,000-member group, last page", |b| {
+        b.iter(|| rt.block_on(store.page(2, 99_950, 100)).unwrap())
+    });
+    g.finish();
+}
+
+criterion_group!(group_benches, benches);
+criterion_main!(group_benches);

@@ -1,0 +1,381 @@
+//! Handler tests over SQLite: every refusal is the precise status, and changes nothing.
+
+use std::sync::Arc;
+
+use imesh_kit::{
+    config::{AuthConfig, Secret},
+    identity::Actor,
+    testing,
+};
+use tonic::Code;
+
+use super::*;
+use crate::{Config, domain::groups::SeqSource};
+
+struct FixedSeq;
+
+#[async_trait::async_trait]
+impl SeqSource for FixedSeq {
+    async fn current_seq(&self, _: &str) -> anyhow::Result<i64> {
+        Ok(11)
+    }
+}
+
+async fn api() -> GroupApi {
+    let auth = AuthConfig {
+        internal_secret: Secret::new("internal-secret-0123456789"),
+        jwt_secret: Secret::new("jwt-secret-0123456789abcdef"),
+    };
+    let db_config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
+    let db = imesh_kit::sql::connect_and_migrate::<crate::store::sql::Migrator>(&db_config)
+        .await
+        .unwrap();
+    crate::wire(&Config::default(), &auth, 4, db, Arc::new(FixedSeq))
+        .unwrap()
+        .0
+}
+
+fn call<T>(actor: Actor, message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.extensions_mut().insert(actor);
+    request
+}
+
+fn user<T>(id: i64, message: T) -> Request<T> {
+    call(Actor::User(id), message)
+}
+
+/// Group owned by 1 with admin 2 and members 3 and 4.
+async fn team(api: &GroupApi) -> i64 {
+    let create = pb::CreateGroupRequest {
+        name: "team".into(),
+        member_ids: vec![2, 3, 4],
+        ..Default::default()
+    };
+    let g = api
+        .create_group(user(1, create))
+        .await
+        .unwrap()
+        .into_inner()
+        .group
+        .unwrap()
+        .group_id;
+    api.set_admin(user(
+        1,
+        pb::SetAdminRequest {
+            group_id: g,
+            user_id: 2,
+            admin: true,
+        },
+    ))
+    .await
+    .unwrap();
+    g
+}
+
+async fn member_ids(api: &GroupApi, g: i64) -> Vec<i64> {
+    let mut ids = api
+        .member_ids(call(Actor::System, pb::MemberIdsRequest { group_id: g }))
+        .await
+        .unwrap()
+        .into_inner()
+        .user_ids;
+    ids.sort();
+    ids
+}
+
+async fn version(api: &GroupApi, g: i64) -> i64 {
+    api.get_group(user(1, pb::GetGroupRequest { group_id: g }))
+        .await
+        .unwrap()
+        .into_inner()
+        .group
+        .unwrap()
+        .version
+}
+
+#[tokio::test]
+async fn refusals_carry_the_precise_status_and_change_nothing() {
+    let api = api().await;
+    let g = team(&api).await;
+    let before = version(&api, g).await;
+    let kick = |by: i64, target: i64| {
+        user(
+            by,
+            pb::KickMembersRequest {
+                group_id: g,
+                user_ids: vec![target],
+            },
+        )
+    };
+    assert_eq!(
+        api.kick_members(kick(3, 4)).await.unwrap_err().code(),
+        Code::PermissionDenied,
+        "a member lacks KICK"
+    );
+    assert_eq!(
+        api.kick_members(kick(2, 1)).await.unwrap_err().code(),
+        Code::PermissionDenied,
+        "an admin on the owner"
+    );
+    assert_eq!(
+        api.kick_members(kick(9, 4)).await.unwrap_err().code(),
+        Code::PermissionDenied,
+        "a non-member"
+    );
+    let mute_owner = pb::MuteMemberRequest {
+        group_id: g,
+        user_id: 1,
+        until_ms: i64::MAX,
+    };
+    assert_eq!(
+        api.mute_member(user(2, mute_owner))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::PermissionDenied
+    );
+    let list = pb::ListMembersRequest {
+        group_id: g,
+        cursor: 0,
+        limit: 0,
+    };
+    assert_eq!(
+        api.list_members(user(9, list)).await.unwrap_err().code(),
+        Code::PermissionDenied
+    );
+    assert_eq!(
+        api.quit_group(user(1, pb::QuitGroupRequest { group_id: g }))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::FailedPrecondition
+    );
+    assert_eq!(
+        (version(&api, g).await, member_ids(&api, g).await),
+        (before, vec![1, 2, 3, 4]),
+        "nothing changed"
+    );
+
+    api.kick_members(kick(2, 4)).await.unwrap();
+    assert_eq!(
+        api.kick_members(kick(2, 4)).await.unwrap_err().code(),
+        Code::FailedPrecondition,
+        "already kicked"
+    );
+    let check = |u: i64| {
+        call(
+            Actor::System,
+            pb::CheckSendRequest {
+                group_id: g,
+                user_id: u,
+                needs: 0,
+            },
+        )
+    };
+    assert_eq!(
+        api.check_send(check(4)).await.unwrap_err().code(),
+        Code::PermissionDenied,
+        "the kicked cannot send"
+    );
+    let allowed = api.check_send(check(3)).await.unwrap().into_inner();
+    assert_eq!((allowed.role(), allowed.map_id), (pb::Role::Member, 2));
+
+    api.dismiss_group(user(1, pb::DismissGroupRequest { group_id: g }))
+        .await
+        .unwrap();
+    let invite = pb::InviteMembersRequest {
+        group_id: g,
+        user_ids: vec![5],
+    };
+    assert_eq!(
+        api.invite_members(user(1, invite))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::FailedPrecondition
+    );
+    assert_eq!(
+        api.check_send(check(3)).await.unwrap_err().code(),
+        Code::FailedPrecondition,
+        "the gate forgot the group"
+    );
+    let unknown = pb::GetGroupRequest { group_id: 424_242 };
+    assert_eq!(
+        api.get_group(user(1, unknown)).await.unwrap_err().code(),
+        Code::NotFound
+    );
+}
+
+#[tokio::test]
+async fn bad_input_and_wrong_actors_are_refused_by_field() {
+    let api = api().await;
+    let field = |s: Status| {
+        (
+            s.code(),
+            s.message().split(':').next().unwrap_or_default().to_owned(),
+        )
+    };
+    let invalid = |f: &str| (Code::InvalidArgument, f.to_owned());
+    let unnamed = pb::CreateGroupRequest {
+        name: " ".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        field(api.create_group(user(1, unnamed)).await.unwrap_err()),
+        invalid("name")
+    );
+    let bad_ids = pb::CreateGroupRequest {
+        name: "x".into(),
+        member_ids: vec![0],
+        ..Default::default()
+    };
+    assert_eq!(
+        field(api.create_group(user(1, bad_ids)).await.unwrap_err()),
+        invalid("member_ids")
+    );
+    let bad_mode = pb::CreateGroupRequest {
+        name: "x".into(),
+        join_mode: 9,
+        ..Default::default()
+    };
+    assert_eq!(
+        field(api.create_group(user(1, bad_mode)).await.unwrap_err()),
+        invalid("join_mode")
+    );
+    let g = team(&api).await;
+    let past = pb::MuteMemberRequest {
+        group_id: g,
+        user_id: 3,
+        until_ms: 1,
+    };
+    assert_eq!(
+        field(api.mute_member(user(1, past)).await.unwrap_err()),
+        invalid("until_ms")
+    );
+    let as_user = pb::CheckSendRequest {
+        group_id: g,
+        user_id: 3,
+        needs: 0,
+    };
+    assert_eq!(
+        api.check_send(user(3, as_user)).await.unwrap_err().code(),
+        Code::PermissionDenied,
+        "internal only"
+    );
+    let as_system = pb::CreateGroupRequest {
+        name: "x".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        api.create_group(call(Actor::System, as_system))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::PermissionDenied
+    );
+}
+
+#[tokio::test]
+async fn join_modes_and_reviews_work_through_the_api_and_super_groups_hide_their_lists() {
+    let api = api().await;
+    let create = pb::CreateGroupRequest {
+        name: "open".into(),
+        join_mode: pb::JoinMode::Approval as i32,
+        ..Default::default()
+    };
+    let g = api
+        .create_group(user(1, create))
+        .await
+        .unwrap()
+        .into_inner()
+        .group
+        .unwrap()
+        .group_id;
+    let join = api
+        .join_group(user(
+            7,
+            pb::JoinGroupRequest {
+                group_id: g,
+                message: "hi".into(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(join.pending && join.member.is_none());
+    let pending = api
+        .list_join_requests(user(1, pb::ListJoinRequestsRequest { group_id: g }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        pending
+            .requests
+            .iter()
+            .map(|r| r.user_id)
+            .collect::<Vec<_>>(),
+        vec![7]
+    );
+    let review = pb::ReviewJoinRequestRequest {
+        group_id: g,
+        user_id: 7,
+        approve: true,
+    };
+    let approved = api
+        .review_join_request(user(1, review))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (approved.members[0].user_id, approved.members[0].join_seq),
+        (7, 11),
+        "join_seq from the conversation"
+    );
+
+    let create = pb::CreateGroupRequest {
+        name: "all hands".into(),
+        r#type: pb::GroupType::Super as i32,
+        ..Default::default()
+    };
+    let big = api
+        .create_group(user(1, create))
+        .await
+        .unwrap()
+        .into_inner()
+        .group
+        .unwrap();
+    assert_eq!(big.max_member, 100_000);
+    let import = pb::ImportMembersRequest {
+        group_id: big.group_id,
+        user_ids: (2..=301).collect(),
+    };
+    assert_eq!(
+        api.import_members(call(Actor::System, import))
+            .await
+            .unwrap()
+            .into_inner()
+            .added,
+        300
+    );
+    let ids = api
+        .member_ids(call(
+            Actor::System,
+            pb::MemberIdsRequest {
+                group_id: big.group_id,
+            },
+        ))
+        .await;
+    assert_eq!(
+        ids.unwrap_err().code(),
+        Code::FailedPrecondition,
+        "no full list of a super group"
+    );
+    let page = pb::ListMembersRequest {
+        group_id: big.group_id,
+        cursor: 0,
+        limit: 100,
+    };
+    let first = api.list_members(user(5, page)).await.unwrap().into_inner();
+    assert_eq!((first.members.len(), first.next_cursor), (100, 100));
+}
