@@ -73,7 +73,10 @@ fn benches(c: &mut Criterion) {
         "bulk import of a 100,000-member super group: {:?}",
         started.elapsed()
     );
-    let gate = Gate::new(store.clone(), Duration::from_secs(600), 100_000);
+    let shared = Arc::new(group_svc::cache::memory::MemoryGroupCache::new(
+        Duration::from_secs(600),
+    ));
+    let gate = Gate::new(store.clone(), shared, Duration::from_secs(600), 100_000);
     for user in 1..=1_000 {
         rt.block_on(gate.check(1, user, 0)).unwrap();
     }

@@ -6,6 +6,7 @@
 //! - [`domain`]: the model, the rules (pure decisions under a lock on the group), the
 //!   operations, and the cached send gate.
 //! - [`store`]: the [`store::GroupStore`] port and its sea-orm adapter with migrations.
+//! - [`cache`]: the shared group cache (Redis with pub/sub invalidation, or in-process).
 //! - [`events`]: group changes as sync events, relayed to sync-svc through the outbox.
 //! - [`peers`]: message-svc, for the conversation seq a joiner's history starts after.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
@@ -13,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod cache;
 pub mod domain;
 pub mod events;
 pub mod peers;
@@ -21,7 +23,7 @@ pub mod store;
 use std::{sync::Arc, time::Duration};
 
 use imesh_kit::{
-    config::{AuthConfig, GrpcConfig, SqlConfig},
+    config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
     identity::{Caller, InternalAuth},
     ids::Snowflake,
@@ -31,13 +33,20 @@ use imesh_protos::group::group_service_server::GroupServiceServer;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
-use crate::domain::{Gate, Groups, groups::SeqSource};
+use crate::{
+    cache::{GroupCache, memory::MemoryGroupCache, redis::RedisGroupCache},
+    domain::{Gate, Groups, groups::SeqSource},
+};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Config {
     pub grpc: GrpcConfig,
     pub database: SqlConfig,
+    /// Empty: the in-process group cache.
+    pub redis: RedisConfig,
+    /// Lifetime of entries in the shared group cache.
+    pub cache_ttl_secs: u64,
     /// message-svc's gRPC address (join_seq of new members).
     pub message_addr: String,
     /// sync-svc's gRPC address: group events go to members' inboxes.
@@ -53,6 +62,8 @@ impl Default for Config {
         Self {
             grpc: GrpcConfig::on(([0, 0, 0, 0], 50052).into()),
             database: SqlConfig::default(),
+            redis: RedisConfig::default(),
+            cache_ttl_secs: 300,
             message_addr: "127.0.0.1:50053".into(),
             sync_addr: "127.0.0.1:50054".into(),
             gate_ttl_ms: 2_000,
@@ -69,6 +80,7 @@ pub fn wire(
     node_id: u16,
     db: sea_orm::DatabaseConnection,
     seqs: Arc<dyn SeqSource>,
+    shared: Arc<dyn GroupCache>,
 ) -> anyhow::Result<(api::GroupApi, Relay)> {
     let ids = Arc::new(Snowflake::new(node_id));
     let caller = Caller::new(&auth.internal_secret)?;
@@ -85,11 +97,28 @@ pub fn wire(
     ));
     let gate = Arc::new(Gate::new(
         store.clone(),
+        shared,
         Duration::from_millis(config.gate_ttl_ms),
         config.gate_max_groups,
     ));
     let groups = Arc::new(Groups::new(store, ids, seqs, gate.clone()));
     Ok((api::GroupApi::new(groups, gate), relay))
+}
+
+/// The shared cache the configuration names, and the Redis URL its invalidations are
+/// broadcast on (none in process).
+async fn shared_cache(config: &Config) -> anyhow::Result<(Arc<dyn GroupCache>, Option<String>)> {
+    let ttl = Duration::from_secs(config.cache_ttl_secs);
+    Ok(match config.redis.url() {
+        Some(url) => {
+            let pool = imesh_kit::redis::connect(&config.redis, url).await?;
+            (
+                Arc::new(RedisGroupCache::new(pool, ttl)),
+                Some(url.to_owned()),
+            )
+        }
+        None => (Arc::new(MemoryGroupCache::new(ttl)), None),
+    })
 }
 
 /// group-svc, built and ready to serve.
@@ -99,6 +128,8 @@ pub struct Service {
     api: api::GroupApi,
     relay: Relay,
     db: sea_orm::DatabaseConnection,
+    /// Applies other replicas' invalidations (Redis only).
+    invalidations: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Service {
@@ -111,13 +142,23 @@ impl Service {
             grpc::channel(&config.message_addr)?,
             caller,
         ));
-        let (api, relay) = wire(&config, auth, node_id, db.clone(), seqs)?;
+        let (shared, redis_url) = shared_cache(&config).await?;
+        let (api, relay) = wire(&config, auth, node_id, db.clone(), seqs, shared)?;
+        let invalidations = match redis_url {
+            Some(url) => {
+                let gate = api.gate();
+                let forget = Arc::new(move |group_id| gate.forget_local(group_id));
+                Some(cache::redis::listen(&url, forget).await?)
+            }
+            None => None,
+        };
         Ok(Self {
             config,
             auth: auth.clone(),
             api,
             relay,
             db,
+            invalidations,
         })
     }
 
@@ -137,6 +178,9 @@ impl Service {
             .serve(listener, shutdown)
             .await;
         relay.stop().await?;
+        if let Some(task) = self.invalidations {
+            task.abort();
+        }
         self.db.close().await?;
         served
     }

@@ -150,6 +150,7 @@ impl Cluster {
             group_svc::Config {
                 grpc: grpc(addrs.group),
                 database: spec.group_db.clone(),
+                redis: spec.redis.clone(),
                 message_addr: addrs.message.to_string(),
                 sync_addr: addrs.sync.to_string(),
                 ..Default::default()

@@ -24,6 +24,10 @@ impl GroupApi {
     pub fn new(groups: Arc<Groups>, gate: Arc<Gate>) -> Self {
         Self { groups, gate }
     }
+
+    pub fn gate(&self) -> Arc<Gate> {
+        self.gate.clone()
+    }
 }
 
 type Reply<T> = Result<Response<T>, Status>;

@@ -30,7 +30,10 @@ async fn api() -> GroupApi {
     let db = imesh_kit::sql::connect_and_migrate::<crate::store::sql::Migrator>(&db_config)
         .await
         .unwrap();
-    crate::wire(&Config::default(), &auth, 4, db, Arc::new(FixedSeq))
+    let shared = Arc::new(crate::cache::memory::MemoryGroupCache::new(
+        std::time::Duration::from_secs(60),
+    ));
+    crate::wire(&Config::default(), &auth, 4, db, Arc::new(FixedSeq), shared)
         .unwrap()
         .0
 }

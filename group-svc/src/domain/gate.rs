@@ -1,7 +1,8 @@
 //! The send gate of every group message: `CheckSend` in the seed's fixed order
-//! ([`super::rules::check_send`]) over a short per-process cache of group info and member
-//! rows (1–3 s as seed 000 asks) in front of the database. Every change of a group forgets
-//! its entries in this process; other replicas see it when their entries expire.
+//! ([`super::rules::check_send`]) over three tiers: a short per-process cache (1–3 s, seed
+//! 000) → the shared [`GroupCache`] (Redis, or in-process) → the database. Every change of a
+//! group forgets its entries in all three (other replicas' local entries through the
+//! cache's invalidation broadcast, or by expiry).
 
 use std::{
     collections::HashMap,
@@ -12,7 +13,10 @@ use std::{
 use parking_lot::Mutex;
 
 use super::{Error, Group, Member, Role, rules};
-use crate::store::GroupStore;
+use crate::{
+    cache::{GateGroup, GateMember, GroupCache},
+    store::GroupStore,
+};
 
 /// What the gate answers for an allowed send: the decision as of now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,35 +25,36 @@ pub struct Allowed {
     pub map_id: u32,
     pub version: i64,
     pub join_seq: i64,
-    pub group: GroupSummary,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GroupSummary {
-    pub kind: super::GroupType,
-    pub member_count: u32,
+    pub group: GateGroup,
 }
 
 struct Entry {
     at: Instant,
-    group: Arc<Group>,
-    members: HashMap<i64, Option<Member>>,
+    group: GateGroup,
+    members: HashMap<i64, Option<GateMember>>,
 }
 
 pub struct Gate {
     store: Arc<dyn GroupStore>,
+    shared: Arc<dyn GroupCache>,
     ttl: Duration,
     max_groups: usize,
-    groups: Mutex<HashMap<i64, Entry>>,
+    local: Mutex<HashMap<i64, Entry>>,
 }
 
 impl Gate {
-    pub fn new(store: Arc<dyn GroupStore>, ttl: Duration, max_groups: usize) -> Self {
+    pub fn new(
+        store: Arc<dyn GroupStore>,
+        shared: Arc<dyn GroupCache>,
+        ttl: Duration,
+        max_groups: usize,
+    ) -> Self {
         Self {
             store,
+            shared,
             ttl,
             max_groups,
-            groups: Mutex::new(HashMap::new()),
+            local: Mutex::new(HashMap::new()),
         }
     }
 
@@ -59,50 +64,146 @@ impl Gate {
             Some(hit) => hit,
             None => self.load(group_id, user).await?,
         };
-        rules::check_send(&group, member.as_ref(), needs, imesh_kit::ids::unix_ms())?;
+        let full_group = Group {
+            id: group_id,
+            kind: group.kind,
+            status: group.status,
+            mute_all: group.mute_all,
+            version: group.version,
+            member_count: group.member_count,
+            ..Default::default()
+        };
+        let full_member = member.map(|m| member_of(group_id, user, m));
+        rules::check_send(
+            &full_group,
+            full_member.as_ref(),
+            needs,
+            imesh_kit::ids::unix_ms(),
+        )?;
         let member = member.expect("check_send passed: a member");
         Ok(Allowed {
             role: member.role,
             map_id: member.map_id,
             version: group.version,
             join_seq: member.join_seq,
-            group: GroupSummary {
-                kind: group.kind,
-                member_count: group.member_count,
-            },
+            group,
         })
     }
 
-    /// Drops this process's entries of a group (after each change to it).
-    pub fn forget(&self, group_id: i64) {
-        self.groups.lock().remove(&group_id);
-    }
-
-    fn cached(&self, group_id: i64, user: i64) -> Option<(Arc<Group>, Option<Member>)> {
-        let groups = self.groups.lock();
-        let entry = groups
-            .get(&group_id)
-            .filter(|e| e.at.elapsed() < self.ttl)?;
-        Some((entry.group.clone(), entry.members.get(&user)?.clone()))
-    }
-
-    async fn load(&self, group_id: i64, user: i64) -> Result<(Arc<Group>, Option<Member>), Error> {
-        let group = Arc::new(self.store.group(group_id).await?.ok_or(Error::NotFound)?);
-        let member = self.store.members(group_id, &[user]).await?.pop();
-        let mut groups = self.groups.lock();
-        if groups.len() >= self.max_groups && !groups.contains_key(&group_id) {
-            groups.clear();
+    /// Current member ids for write fanout: shared cache, else the database (then cached).
+    pub async fn member_ids(&self, group_id: i64) -> Result<Vec<i64>, Error> {
+        match self.shared.member_ids(group_id).await {
+            Ok(Some(ids)) => return Ok(ids),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "group cache unavailable; reading the database"),
         }
-        let fresh = |group: &Arc<Group>| Entry {
+        let ids = self.store.member_ids(group_id).await?;
+        if let Err(e) = self.shared.put_member_ids(group_id, &ids).await {
+            tracing::warn!(error = %e, "filling the group cache failed");
+        }
+        Ok(ids)
+    }
+
+    /// Forgets a group everywhere after a change to it.
+    pub async fn forget(&self, group_id: i64) {
+        self.forget_local(group_id);
+        if let Err(e) = self.shared.invalidate(group_id).await {
+            tracing::warn!(error = %e, group_id, "group cache invalidation failed; entries expire by TTL");
+        }
+    }
+
+    /// Forgets this process's entries of a group (a change elsewhere was broadcast).
+    pub fn forget_local(&self, group_id: i64) {
+        self.local.lock().remove(&group_id);
+    }
+
+    fn cached(&self, group_id: i64, user: i64) -> Option<(GateGroup, Option<GateMember>)> {
+        let local = self.local.lock();
+        let entry = local.get(&group_id).filter(|e| e.at.elapsed() < self.ttl)?;
+        Some((entry.group, *entry.members.get(&user)?))
+    }
+
+    async fn load(
+        &self,
+        group_id: i64,
+        user: i64,
+    ) -> Result<(GateGroup, Option<GateMember>), Error> {
+        let shared_group = self.shared.group(group_id).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "group cache unavailable; reading the database");
+            None
+        });
+        let group = match shared_group {
+            Some(group) => group,
+            None => {
+                let group = self.store.group(group_id).await?.ok_or(Error::NotFound)?;
+                let gate = GateGroup {
+                    kind: group.kind,
+                    status: group.status,
+                    mute_all: group.mute_all,
+                    version: group.version,
+                    member_count: group.member_count,
+                };
+                let _ = self.shared.put_group(group_id, gate).await;
+                gate
+            }
+        };
+        let member = match self.shared.member(group_id, user).await.ok().flatten() {
+            Some(member) => member,
+            None => {
+                let row = self
+                    .store
+                    .members(group_id, &[user])
+                    .await?
+                    .pop()
+                    .map(|m| gate_member(&m));
+                let _ = self.shared.put_member(group_id, user, row).await;
+                row
+            }
+        };
+        self.remember(group_id, group, user, member);
+        Ok((group, member))
+    }
+
+    fn remember(&self, group_id: i64, group: GateGroup, user: i64, member: Option<GateMember>) {
+        let mut local = self.local.lock();
+        if local.len() >= self.max_groups && !local.contains_key(&group_id) {
+            local.clear();
+        }
+        let fresh = || Entry {
             at: Instant::now(),
-            group: group.clone(),
+            group,
             members: HashMap::new(),
         };
-        let entry = groups.entry(group_id).or_insert_with(|| fresh(&group));
+        let entry = local.entry(group_id).or_insert_with(fresh);
         if entry.at.elapsed() >= self.ttl || entry.group.version != group.version {
-            *entry = fresh(&group);
+            *entry = fresh();
         }
-        entry.members.insert(user, member.clone());
-        Ok((group, member))
+        entry.members.insert(user, member);
+    }
+}
+
+pub fn gate_member(m: &Member) -> GateMember {
+    GateMember {
+        role: m.role,
+        map_id: m.map_id,
+        mute_until_ms: m.mute_until_ms,
+        join_seq: m.join_seq,
+        status: m.status,
+        extra_permissions: m.extra_permissions,
+    }
+}
+
+fn member_of(group_id: i64, user_id: i64, m: GateMember) -> Member {
+    Member {
+        group_id,
+        user_id,
+        role: m.role,
+        map_id: m.map_id,
+        alias: String::new(),
+        mute_until_ms: m.mute_until_ms,
+        join_seq: m.join_seq,
+        joined_at_ms: 0,
+        status: m.status,
+        extra_permissions: m.extra_permissions,
     }
 }

@@ -365,7 +365,7 @@ impl Groups {
                 "group_id: super groups have no full member list",
             ));
         }
-        Ok((self.store.member_ids(group_id).await?, group.version))
+        Ok((self.gate.member_ids(group_id).await?, group.version))
     }
 
     /// Bulk adds (imports, load tests): no events, no invitation rules.
@@ -381,7 +381,7 @@ impl Groups {
             Err(StoreError::NotFound) => return Err(Error::NotFound),
             other => other?,
         };
-        self.gate.forget(group_id);
+        self.gate.forget(group_id).await;
         Ok(added)
     }
 
@@ -424,7 +424,7 @@ impl Groups {
             Err(Error::Store(StoreError::NotFound)) => return Err(Error::NotFound),
             other => other?,
         };
-        self.gate.forget(group_id);
+        self.gate.forget(group_id).await;
         Ok(done)
     }
 }

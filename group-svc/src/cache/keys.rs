@@ -1,0 +1,20 @@
+//! Every Redis key group-svc uses. The group id is the hash tag, so one group's keys share a
+//! Redis Cluster slot.
+
+/// The gate's view of the group: `kind|status|mute_all|version|member_count`.
+pub fn info(group_id: i64) -> String {
+    format!("im:g:{{{group_id}}}:info")
+}
+
+/// Hash: user → `role|map_id|mute_until_ms|join_seq|status|extra` or `-` (not a member).
+pub fn members(group_id: i64) -> String {
+    format!("im:g:{{{group_id}}}:m")
+}
+
+/// Set of current member ids (normal groups, at most 2,000 members).
+pub fn member_ids(group_id: i64) -> String {
+    format!("im:g:{{{group_id}}}:ids")
+}
+
+/// Pub/sub channel carrying the ids of groups whose cached entries are stale.
+pub const INVALIDATIONS: &str = "im:g:invalidate";

@@ -1,0 +1,100 @@
+//! The in-process [`GroupCache`] of the embedded default, with a TTL.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use async_trait::async_trait;
+use imesh_kit::error::StoreError;
+use parking_lot::Mutex;
+
+use super::{GateGroup, GateMember, GroupCache};
+
+#[derive(Default)]
+struct Entry {
+    group: Option<(Instant, GateGroup)>,
+    members: HashMap<i64, (Instant, Option<GateMember>)>,
+    ids: Option<(Instant, Vec<i64>)>,
+}
+
+pub struct MemoryGroupCache {
+    ttl: Duration,
+    groups: Mutex<HashMap<i64, Entry>>,
+}
+
+impl MemoryGroupCache {
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            groups: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn fresh<T: Clone>(&self, entry: Option<&(Instant, T)>) -> Option<T> {
+        entry
+            .filter(|(at, _)| at.elapsed() < self.ttl)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+#[async_trait]
+impl GroupCache for MemoryGroupCache {
+    async fn group(&self, group_id: i64) -> Result<Option<GateGroup>, StoreError> {
+        Ok(self
+            .groups
+            .lock()
+            .get(&group_id)
+            .and_then(|e| self.fresh(e.group.as_ref())))
+    }
+
+    async fn put_group(&self, group_id: i64, group: GateGroup) -> Result<(), StoreError> {
+        self.groups.lock().entry(group_id).or_default().group = Some((Instant::now(), group));
+        Ok(())
+    }
+
+    async fn member(
+        &self,
+        group_id: i64,
+        user: i64,
+    ) -> Result<Option<Option<GateMember>>, StoreError> {
+        Ok(self
+            .groups
+            .lock()
+            .get(&group_id)
+            .and_then(|e| self.fresh(e.members.get(&user))))
+    }
+
+    async fn put_member(
+        &self,
+        group_id: i64,
+        user: i64,
+        member: Option<GateMember>,
+    ) -> Result<(), StoreError> {
+        self.groups
+            .lock()
+            .entry(group_id)
+            .or_default()
+            .members
+            .insert(user, (Instant::now(), member));
+        Ok(())
+    }
+
+    async fn member_ids(&self, group_id: i64) -> Result<Option<Vec<i64>>, StoreError> {
+        Ok(self
+            .groups
+            .lock()
+            .get(&group_id)
+            .and_then(|e| self.fresh(e.ids.as_ref())))
+    }
+
+    async fn put_member_ids(&self, group_id: i64, ids: &[i64]) -> Result<(), StoreError> {
+        self.groups.lock().entry(group_id).or_default().ids = Some((Instant::now(), ids.to_vec()));
+        Ok(())
+    }
+
+    async fn invalidate(&self, group_id: i64) -> Result<(), StoreError> {
+        self.groups.lock().remove(&group_id);
+        Ok(())
+    }
+}

@@ -1,0 +1,60 @@
+//! The shared group cache behind the send gate's per-process cache (seed 000): group info
+//! and member rows as the gate needs them, and member-id sets for write fanout. Adapters:
+//! [`redis`] (deployments; invalidations also broadcast to every replica's local cache over
+//! pub/sub) and [`memory`] (the embedded default). The database stays the truth: writers
+//! change it first, then invalidate here.
+
+use async_trait::async_trait;
+use imesh_kit::error::StoreError;
+
+use crate::domain::{GroupStatus, GroupType, MemberStatus, Role};
+
+pub mod keys;
+pub mod memory;
+pub mod redis;
+
+/// What the gate needs of a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateGroup {
+    pub kind: GroupType,
+    pub status: GroupStatus,
+    pub mute_all: bool,
+    pub version: i64,
+    pub member_count: u32,
+}
+
+/// What the gate needs of a member row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateMember {
+    pub role: Role,
+    pub map_id: u32,
+    pub mute_until_ms: i64,
+    pub join_seq: i64,
+    pub status: MemberStatus,
+    pub extra_permissions: u32,
+}
+
+#[async_trait]
+pub trait GroupCache: Send + Sync + 'static {
+    async fn group(&self, group_id: i64) -> Result<Option<GateGroup>, StoreError>;
+    async fn put_group(&self, group_id: i64, group: GateGroup) -> Result<(), StoreError>;
+    /// `Some(None)`: cached as never having been a member.
+    async fn member(
+        &self,
+        group_id: i64,
+        user: i64,
+    ) -> Result<Option<Option<GateMember>>, StoreError>;
+    async fn put_member(
+        &self,
+        group_id: i64,
+        user: i64,
+        member: Option<GateMember>,
+    ) -> Result<(), StoreError>;
+    async fn member_ids(&self, group_id: i64) -> Result<Option<Vec<i64>>, StoreError>;
+    async fn put_member_ids(&self, group_id: i64, ids: &[i64]) -> Result<(), StoreError>;
+    /// MUST drop every entry of the group; called after each change to it.
+    async fn invalidate(&self, group_id: i64) -> Result<(), StoreError>;
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,113 @@
+//! The GroupCache contract, run against the in-process adapter and a real Redis, and the
+//! invalidation broadcast between replicas over real Redis pub/sub.
+
+use std::{sync::Arc, time::Duration};
+
+use imesh_kit::testing;
+use parking_lot::Mutex;
+
+use super::*;
+
+async fn caches() -> Vec<(&'static str, Arc<dyn GroupCache>)> {
+    let mut out: Vec<(&'static str, Arc<dyn GroupCache>)> = vec![(
+        "memory",
+        Arc::new(memory::MemoryGroupCache::new(Duration::from_secs(60))),
+    )];
+    if let Some(config) = testing::redis() {
+        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
+            .await
+            .unwrap();
+        out.push((
+            "redis",
+            Arc::new(redis::RedisGroupCache::new(pool, Duration::from_secs(60))),
+        ));
+    }
+    out
+}
+
+const GROUP: GateGroup = GateGroup {
+    kind: GroupType::Normal,
+    status: GroupStatus::Normal,
+    mute_all: true,
+    version: 7,
+    member_count: 3,
+};
+const MEMBER: GateMember = GateMember {
+    role: Role::Admin,
+    map_id: 4,
+    mute_until_ms: 99,
+    join_seq: 12,
+    status: MemberStatus::Normal,
+    extra_permissions: 128,
+};
+
+#[tokio::test]
+async fn entries_read_back_until_the_group_is_invalidated() {
+    for (name, cache) in caches().await {
+        let g = testing::random_id();
+        assert_eq!(cache.group(g).await.unwrap(), None, "{name}");
+        assert_eq!(cache.member(g, 1).await.unwrap(), None, "{name}");
+        assert_eq!(cache.member_ids(g).await.unwrap(), None, "{name}");
+        cache.put_group(g, GROUP).await.unwrap();
+        cache.put_member(g, 1, Some(MEMBER)).await.unwrap();
+        cache.put_member(g, 2, None).await.unwrap();
+        cache.put_member_ids(g, &[]).await.unwrap();
+        assert_eq!(cache.group(g).await.unwrap(), Some(GROUP), "{name}");
+        assert_eq!(
+            cache.member(g, 1).await.unwrap(),
+            Some(Some(MEMBER)),
+            "{name}"
+        );
+        assert_eq!(
+            cache.member(g, 2).await.unwrap(),
+            Some(None),
+            "{name}: cached as no member"
+        );
+        assert_eq!(
+            cache.member_ids(g).await.unwrap(),
+            Some(vec![]),
+            "{name}: an empty list is a hit"
+        );
+        cache.put_member_ids(g, &[3, 1, 2]).await.unwrap();
+        let mut ids = cache.member_ids(g).await.unwrap().unwrap();
+        ids.sort();
+        assert_eq!(ids, vec![1, 2, 3], "{name}");
+        cache.invalidate(g).await.unwrap();
+        assert_eq!(
+            (
+                cache.group(g).await.unwrap(),
+                cache.member(g, 1).await.unwrap()
+            ),
+            (None, None),
+            "{name}"
+        );
+        assert_eq!(cache.member_ids(g).await.unwrap(), None, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn an_invalidation_reaches_every_replica_listening_on_redis() {
+    let Some(config) = testing::redis() else {
+        return;
+    };
+    let url = config.url().unwrap().to_owned();
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    let task = redis::listen(&url, Arc::new(move |g| sink.lock().push(g)))
+        .await
+        .unwrap();
+    let pool = imesh_kit::redis::connect(&config, &url).await.unwrap();
+    let writer = redis::RedisGroupCache::new(pool, Duration::from_secs(60));
+    let g = testing::random_id();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // Invalidate until the listener hears it: its subscription may not be active yet.
+    while !heard.lock().contains(&g) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the invalidation never arrived"
+        );
+        writer.invalidate(g).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task.abort();
+}
