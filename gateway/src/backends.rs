@@ -6,7 +6,10 @@ use imesh_kit::{
     token::Verified,
 };
 use imesh_protos::{
-    message::{SendRequest, SendResponse, message_service_client::MessageServiceClient},
+    message::{
+        HistoryRequest, HistoryResponse, SendRequest, SendResponse,
+        message_service_client::MessageServiceClient,
+    },
     notify::{Device, OfflineRequest, OnlineRequest, notify_service_client::NotifyServiceClient},
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
     sync::{AckRequest, PullRequest, PullResponse, sync_service_client::SyncServiceClient},
@@ -79,6 +82,15 @@ impl Backends {
             .pull(self.caller.request(Actor::User(user), request))
             .await?
             .into_inner())
+    }
+
+    pub async fn history(
+        &self,
+        user: i64,
+        request: HistoryRequest,
+    ) -> Result<HistoryResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self.message.clone().history(request).await?.into_inner())
     }
 
     pub async fn ack(&self, user: i64, device_id: String, sync_seq: i64) -> Result<(), Status> {

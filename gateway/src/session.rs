@@ -94,6 +94,11 @@ impl Session {
                 .pull(self.user(), request)
                 .await
                 .map(Body::Pull),
+            Some(In::History(request)) => self
+                .backends
+                .history(self.user(), request)
+                .await
+                .map(Body::History),
             Some(In::Ack(pb::Ack { sync_seq })) => {
                 return match self
                     .backends

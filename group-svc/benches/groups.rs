@@ -49,6 +49,7 @@ async fn group(store: &dyn GroupStore, id: i64, kind: GroupType, members: i64) {
         alias: String::new(),
         mute_until_ms: 0,
         join_seq: 0,
+        leave_seq: 0,
         joined_at_ms: 0,
         status: MemberStatus::Normal,
         extra_permissions: 0,

@@ -39,6 +39,27 @@ impl MessageService for MessageApi {
         Ok(Response::new(sent_to_proto(sent)))
     }
 
+    async fn history(
+        &self,
+        request: Request<pb::HistoryRequest>,
+    ) -> Result<Response<pb::HistoryResponse>, Status> {
+        let user = identity::actor(&request)?.user()?;
+        let pb::HistoryRequest {
+            conversation_id,
+            before_seq,
+            limit,
+        } = request.into_inner();
+        let (page, has_more) = self
+            .messages
+            .history(user, &conversation_id, before_seq, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::HistoryResponse {
+            messages: page.iter().map(crate::events::message_to_proto).collect(),
+            has_more,
+        }))
+    }
+
     async fn conversation_seq(
         &self,
         request: Request<pb::ConversationSeqRequest>,
@@ -84,6 +105,7 @@ fn status(err: Error) -> Status {
         Error::Invalid { field, reason } => error::invalid(field, reason),
         Error::TooLarge { .. } => Status::invalid_argument(err.to_string()),
         Error::UnknownUser(_) => Status::not_found(err.to_string()),
+        Error::NotParticipant => Status::permission_denied(err.to_string()),
         Error::Refused(_) => Status::permission_denied(err.to_string()),
         Error::GroupRefused(why, ref message) => match why {
             GroupRefusal::NotFound => Status::not_found(message.clone()),

@@ -2,7 +2,10 @@
 
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
-    group::{CheckSendRequest, MemberIdsRequest, group_service_client::GroupServiceClient},
+    group::{
+        CheckSendRequest, MemberIdsRequest, MemberStatus, MembershipRequest,
+        group_service_client::GroupServiceClient,
+    },
     relation::{CheckRelationsRequest, Relation, relation_service_client::RelationServiceClient},
 };
 use tonic::{Code, transport::Channel};
@@ -103,6 +106,33 @@ impl GroupGate for GroupServiceGate {
         {
             Ok(reply) => Ok(Ok(reply.into_inner().user_ids)),
             Err(status) => refusal(status),
+        }
+    }
+
+    async fn visibility(
+        &self,
+        group: i64,
+        user: i64,
+    ) -> anyhow::Result<Option<(i64, Option<i64>)>> {
+        let request = MembershipRequest {
+            group_id: group,
+            user_id: user,
+        };
+        match self
+            .client
+            .clone()
+            .membership(self.caller.request(Actor::System, request))
+            .await
+        {
+            Ok(reply) => {
+                let member = reply.into_inner();
+                let until = (member.status() != MemberStatus::Normal).then_some(member.leave_seq);
+                Ok(Some((member.join_seq, until)))
+            }
+            Err(status) if matches!(status.code(), Code::NotFound | Code::PermissionDenied) => {
+                Ok(None)
+            }
+            Err(status) => Err(status.into()),
         }
     }
 }

@@ -7,7 +7,7 @@ use imesh_protos::{
     gateway::{
         Ack, Auth, AuthOk, ClientFrame, Error, Ping, ServerFrame, client_frame, server_frame::Body,
     },
-    message::{Content, SendRequest, Text, content, send_request},
+    message::{Content, HistoryRequest, HistoryResponse, SendRequest, Text, content, send_request},
     sync::{InboxEntry, PullRequest, PullResponse},
 };
 use prost::Message as _;
@@ -139,6 +139,20 @@ impl Device {
         match self.reply(id).await {
             Body::Pull(response) => response,
             other => panic!("unexpected reply to pull: {other:?}"),
+        }
+    }
+
+    /// A page of a conversation's history before `before_seq` (0: the latest).
+    pub async fn history(&mut self, conversation_id: &str, before_seq: i64) -> HistoryResponse {
+        let request = HistoryRequest {
+            conversation_id: conversation_id.into(),
+            before_seq,
+            limit: 0,
+        };
+        let id = self.send_frame(client_frame::Body::History(request)).await;
+        match self.reply(id).await {
+            Body::History(response) => response,
+            other => panic!("unexpected reply to history: {other:?}"),
         }
     }
 

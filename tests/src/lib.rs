@@ -55,6 +55,8 @@ pub struct TestCluster {
     pub caller: Caller,
 }
 
+const PASSWORD: &str = "correct horse";
+
 pub const INTERNAL_SECRET: &str = "test-internal-secret-0123456789";
 pub const JWT_SECRET: &str = "test-jwt-secret-0123456789abcdef";
 
@@ -103,19 +105,23 @@ impl TestCluster {
 
     /// Registers `username` (password "correct horse") and logs in: `(user_id, token)`.
     pub async fn user(&self, username: &str) -> (i64, String) {
-        let password = "correct horse".to_owned();
         let register = RegisterRequest {
             username: username.into(),
-            password: password.clone(),
+            password: PASSWORD.into(),
             nickname: String::new(),
         };
         self.relation()
             .register(self.caller.request(Actor::System, register))
             .await
             .expect("register");
+        self.login(username).await
+    }
+
+    /// Logs a registered user in again: `(user_id, token)`.
+    pub async fn login(&self, username: &str) -> (i64, String) {
         let login = LoginRequest {
             username: username.into(),
-            password,
+            password: PASSWORD.into(),
         };
         let login = self
             .relation()

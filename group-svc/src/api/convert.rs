@@ -88,6 +88,7 @@ pub fn member_to_proto(m: &Member) -> pb::Member {
         status: status as i32,
         extra_permissions: m.extra_permissions,
         permissions: m.permissions(),
+        leave_seq: m.leave_seq,
     }
 }
 

@@ -389,6 +389,16 @@ impl GroupService for GroupApi {
         ok(pb::MemberIdsResponse { user_ids, version })
     }
 
+    async fn membership(&self, request: Request<pb::MembershipRequest>) -> Reply<pb::Member> {
+        let pb::MembershipRequest { group_id, user_id } = system_call(request)?;
+        let member = self
+            .groups
+            .membership(group_id, user_id)
+            .await
+            .map_err(status)?;
+        ok(member_to_proto(&member))
+    }
+
     async fn import_members(
         &self,
         request: Request<pb::ImportMembersRequest>,

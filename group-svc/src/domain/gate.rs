@@ -202,6 +202,7 @@ fn member_of(group_id: i64, user_id: i64, m: GateMember) -> Member {
         alias: String::new(),
         mute_until_ms: m.mute_until_ms,
         join_seq: m.join_seq,
+        leave_seq: 0,
         joined_at_ms: 0,
         status: m.status,
         extra_permissions: m.extra_permissions,

@@ -103,6 +103,7 @@ impl Groups {
                 alias: String::new(),
                 mute_until_ms: 0,
                 join_seq: 0,
+                leave_seq: 0,
                 joined_at_ms: now,
                 status: MemberStatus::Normal,
                 extra_permissions: 0,
@@ -212,7 +213,11 @@ impl Groups {
     }
 
     pub async fn quit(&self, me: i64, group_id: i64) -> Result<Group, Error> {
-        Ok(self.change(group_id, me, &[], &rules::quit).await?.0)
+        let now = self.now(group_id).await?;
+        Ok(self
+            .change(group_id, me, &[], &move |s| rules::quit(s, now))
+            .await?
+            .0)
     }
 
     pub async fn kick(
@@ -222,8 +227,9 @@ impl Groups {
         users: &[i64],
     ) -> Result<(Group, Vec<Member>), Error> {
         let users = parse_users("user_ids", users)?;
+        let now = self.now(group_id).await?;
         self.change(group_id, me, &users.clone(), &move |s| {
-            rules::kick(s, &users)
+            rules::kick(s, &users, now)
         })
         .await
     }
@@ -356,6 +362,12 @@ impl Groups {
             .store
             .search(group_id, query, page_limit(limit, 20, 100)?)
             .await?)
+    }
+
+    /// Internal: `user`'s row in the group whatever its status.
+    pub async fn membership(&self, group_id: i64, user: i64) -> Result<Member, Error> {
+        let row = self.store.members(group_id, &[user]).await?.pop();
+        row.ok_or(Error::NotMember("user_id: never a member of this group"))
     }
 
     pub async fn member_ids(&self, group_id: i64) -> Result<(Vec<i64>, i64), Error> {

@@ -109,6 +109,8 @@ pub struct Member {
     pub mute_until_ms: i64,
     /// The conversation seq at join.
     pub join_seq: i64,
+    /// The conversation seq when they quit or were removed; 0 while a member.
+    pub leave_seq: i64,
     pub joined_at_ms: i64,
     pub status: MemberStatus,
     pub extra_permissions: u32,

@@ -107,6 +107,7 @@ fn joined(change: &mut GroupChange, user: i64, role: Role, now: Now) -> Member {
         alias: String::new(),
         mute_until_ms: 0,
         join_seq: now.seq,
+        leave_seq: 0,
         joined_at_ms: now.ms,
         status: MemberStatus::Normal,
         extra_permissions: 0,
@@ -223,7 +224,7 @@ pub fn review(
     Ok(change)
 }
 
-pub fn quit(state: &GroupState) -> Result<GroupChange, Error> {
+pub fn quit(state: &GroupState, now: Now) -> Result<GroupChange, Error> {
     let actor = acting(state, 0, "")?;
     if actor.role == Role::Owner {
         return Err(Error::Precondition(
@@ -233,13 +234,14 @@ pub fn quit(state: &GroupState) -> Result<GroupChange, Error> {
     let mut change = GroupChange::of("quit", state);
     change.members.push(Member {
         status: MemberStatus::Quit,
+        leave_seq: now.seq,
         ..actor.clone()
     });
     change.affected.push(actor.user_id);
     Ok(change)
 }
 
-pub fn kick(state: &GroupState, users: &[i64]) -> Result<GroupChange, Error> {
+pub fn kick(state: &GroupState, users: &[i64], now: Now) -> Result<GroupChange, Error> {
     let actor = acting(state, perm::KICK, "user_ids: you may not remove members")?;
     let mut change = GroupChange::of("kicked", state);
     for &user in users {
@@ -257,6 +259,7 @@ pub fn kick(state: &GroupState, users: &[i64]) -> Result<GroupChange, Error> {
         )?;
         change.members.push(Member {
             status: MemberStatus::Kicked,
+            leave_seq: now.seq,
             ..target.clone()
         });
         change.affected.push(user);

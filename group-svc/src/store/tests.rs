@@ -53,6 +53,7 @@ fn member(group_id: i64, user_id: i64, role: Role, map_id: u32) -> Member {
         alias: format!("alias-{user_id}"),
         mute_until_ms: 0,
         join_seq: 0,
+        leave_seq: 0,
         joined_at_ms: 1,
         status: MemberStatus::Normal,
         extra_permissions: 0,
@@ -132,7 +133,7 @@ async fn a_change_bumps_the_version_recounts_members_and_logs_one_event() {
         group(&s, 10).await;
         let (after, changed) = s
             .store
-            .change(10, 1, &[2, 4], &|st| rules::kick(st, &[2]))
+            .change(10, 1, &[2, 4], &|st| rules::kick(st, &[2], NOW))
             .await
             .unwrap();
         assert_eq!((after.version, after.member_count), (2, 2), "{b:?}");
@@ -158,7 +159,7 @@ async fn a_change_bumps_the_version_recounts_members_and_logs_one_event() {
         // A refused plan leaves everything as it was.
         let refused = s
             .store
-            .change(10, 2, &[3], &|st| rules::kick(st, &[3]))
+            .change(10, 2, &[3], &|st| rules::kick(st, &[3], NOW))
             .await
             .unwrap_err();
         assert!(matches!(refused, Error::NotMember(_)), "{b:?}: {refused:?}");

@@ -20,6 +20,8 @@ pub enum Error {
     TooLarge { size: usize, limit: usize },
     #[error("user_id: no user {0}")]
     UnknownUser(i64),
+    #[error("conversation_id: you are not in this conversation")]
+    NotParticipant,
     /// group-svc refused the send (its message names the field and the reason).
     #[error("{1}")]
     GroupRefused(GroupRefusal, String),
@@ -73,7 +75,14 @@ pub trait GroupGate: Send + Sync + 'static {
         group: i64,
         sender: i64,
     ) -> anyhow::Result<Result<Vec<i64>, (GroupRefusal, String)>>;
+    /// The seqs of the group's conversation `user` may read: after their join seq and, once
+    /// they left, up to their leave seq. `None` when they never were a member.
+    async fn visibility(&self, group: i64, user: i64)
+    -> anyhow::Result<Option<(i64, Option<i64>)>>;
 }
+
+/// Most messages one history page holds.
+pub const MAX_HISTORY_PAGE: u32 = 100;
 
 /// Who may start a direct conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -222,6 +231,71 @@ impl Messages {
 }
 
 impl Messages {
+    /// `user`'s view of a conversation's history before `before_seq` (0: the latest),
+    /// newest first, and whether older visible messages remain.
+    pub async fn history(
+        &self,
+        user: i64,
+        conversation_id: &str,
+        before_seq: i64,
+        limit: u32,
+    ) -> Result<(Vec<Message>, bool), Error> {
+        let limit = match limit {
+            0 => 50,
+            l if l <= MAX_HISTORY_PAGE => l,
+            _ => {
+                return Err(invalid(
+                    "limit",
+                    format!("must be at most {MAX_HISTORY_PAGE}"),
+                ));
+            }
+        };
+        let (after, until) = self.visible(user, conversation_id).await?;
+        let before = if before_seq > 0 {
+            before_seq - 1
+        } else {
+            i64::MAX
+        };
+        let up_to = until.map_or(before, |u| u.min(before));
+        let mut page = self
+            .store
+            .history(conversation_id, after, up_to, limit + 1)
+            .await?;
+        let more = page.len() > limit as usize;
+        page.truncate(limit as usize);
+        Ok((page, more))
+    }
+
+    /// The seq range `(after, until]` of a conversation `user` may read.
+    async fn visible(&self, user: i64, conversation_id: &str) -> Result<(i64, Option<i64>), Error> {
+        if let Some(rest) = conversation_id.strip_prefix("d:") {
+            let ends: Vec<i64> = rest.split(':').filter_map(|p| p.parse().ok()).collect();
+            return match ends.as_slice() {
+                [a, b] if a < b && (user == *a || user == *b) => Ok((0, None)),
+                [a, b] if a < b => Err(Error::NotParticipant),
+                _ => Err(invalid("conversation_id", "not a conversation id")),
+            };
+        }
+        let Some(group) = conversation_id
+            .strip_prefix("g:")
+            .and_then(|g| g.parse::<i64>().ok())
+        else {
+            return Err(invalid(
+                "conversation_id",
+                "must be d:<user>:<user> or g:<group>",
+            ));
+        };
+        match self
+            .groups
+            .visibility(group, user)
+            .await
+            .map_err(Error::Directory)?
+        {
+            Some(range) => Ok(range),
+            None => Err(Error::NotParticipant),
+        }
+    }
+
     /// A conversation's latest stored seq (0 before its first message).
     pub async fn current_seq(&self, conversation_id: &str) -> Result<i64, Error> {
         if conversation_id.is_empty() || conversation_id.len() > 64 {

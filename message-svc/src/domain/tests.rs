@@ -47,6 +47,19 @@ impl GroupGate for Groups {
             _ => Err((GroupRefusal::NotFound, "group_id: no such group".into())),
         })
     }
+
+    async fn visibility(
+        &self,
+        group: i64,
+        user: i64,
+    ) -> anyhow::Result<Option<(i64, Option<i64>)>> {
+        Ok(match (group, user) {
+            (7, 1) => Some((0, None)),
+            (7, 2) => Some((1, None)),
+            (7, 3) => Some((0, Some(2))),
+            _ => None,
+        })
+    }
 }
 
 async fn messages() -> (Messages, SqlOutbox) {
@@ -217,4 +230,59 @@ async fn group_sends_go_to_the_members_group_svc_names_and_refusals_store_nothin
     assert_eq!(rows.len(), 2, "refused sends stored nothing");
     let fanout = imesh_protos::sync::Fanout::decode(rows[0].payload.as_slice()).unwrap();
     assert_eq!(fanout.recipient_ids, vec![1, 2, 3]);
+}
+
+#[tokio::test]
+async fn history_shows_each_member_only_what_they_could_see() {
+    let (messages, _) = messages().await;
+    for (i, sender) in [1, 2, 1, 2].into_iter().enumerate() {
+        let command = SendCommand {
+            client_msg_id: format!("h{i}"),
+            to: Some(Target::Group(7)),
+            content: Some(Content::Text(format!("m{}", i + 1))),
+        };
+        messages.send(sender, command).await.unwrap();
+    }
+    let seqs = |page: &[Message]| page.iter().map(|m| m.seq).collect::<Vec<_>>();
+    let (all, more) = messages.history(1, "g:7", 0, 0).await.unwrap();
+    assert_eq!(
+        (seqs(&all), more),
+        (vec![4, 3, 2, 1], false),
+        "newest first"
+    );
+    let (older, more) = messages.history(1, "g:7", 3, 1).await.unwrap();
+    assert_eq!(
+        (seqs(&older), more),
+        (vec![2], true),
+        "paging back from a seq"
+    );
+    assert_eq!(
+        seqs(&messages.history(2, "g:7", 0, 0).await.unwrap().0),
+        vec![4, 3, 2],
+        "joined at seq 1"
+    );
+    assert_eq!(
+        seqs(&messages.history(3, "g:7", 0, 0).await.unwrap().0),
+        vec![2, 1],
+        "left at seq 2"
+    );
+    assert!(matches!(
+        messages.history(9, "g:7", 0, 0).await,
+        Err(Error::NotParticipant)
+    ));
+    assert!(matches!(
+        messages.history(9, "d:1:2", 0, 0).await,
+        Err(Error::NotParticipant)
+    ));
+    assert!(matches!(
+        messages.history(1, "x:1", 0, 0).await,
+        Err(Error::Invalid {
+            field: "conversation_id",
+            ..
+        })
+    ));
+    assert!(matches!(
+        messages.history(1, "g:7", 0, 101).await,
+        Err(Error::Invalid { field: "limit", .. })
+    ));
 }

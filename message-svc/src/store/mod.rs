@@ -22,6 +22,14 @@ pub trait MessageStore: Send + Sync + 'static {
     /// One stored message.
     async fn message(&self, conversation_id: &str, seq: i64)
     -> Result<Option<Message>, StoreError>;
+    /// Messages of a conversation with `after < seq <= up_to`, newest first, at most `limit`.
+    async fn history(
+        &self,
+        conversation_id: &str,
+        after: i64,
+        up_to: i64,
+        limit: u32,
+    ) -> Result<Vec<Message>, StoreError>;
     /// The highest seq stored in a conversation, 0 for none.
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError>;
 }

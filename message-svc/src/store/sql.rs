@@ -7,7 +7,7 @@ use imesh_kit::{
 };
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
-    TransactionTrait,
+    QueryOrder, QuerySelect, TransactionTrait,
 };
 use sea_orm_migration::{prelude::*, schema::*};
 
@@ -145,6 +145,24 @@ impl MessageStore for SqlMessageStore {
             .await?
             .map(to_message)
             .transpose()
+    }
+
+    async fn history(
+        &self,
+        conversation_id: &str,
+        after: i64,
+        up_to: i64,
+        limit: u32,
+    ) -> Result<Vec<Message>, StoreError> {
+        let rows = messages::Entity::find()
+            .filter(messages::Column::ConversationId.eq(conversation_id))
+            .filter(messages::Column::Seq.gt(after))
+            .filter(messages::Column::Seq.lte(up_to))
+            .order_by_desc(messages::Column::Seq)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await?;
+        rows.into_iter().map(to_message).collect()
     }
 
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError> {

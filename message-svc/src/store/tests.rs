@@ -100,3 +100,37 @@ async fn a_repeated_client_msg_id_or_seq_is_a_conflict_and_stores_nothing() {
         );
     }
 }
+
+#[tokio::test]
+async fn history_reads_a_seq_window_newest_first() {
+    for (backend, store, _) in stores().await {
+        for seq in 1..=5 {
+            store
+                .append(
+                    &message(100 + seq, seq, &format!("h{seq}")),
+                    event(100 + seq),
+                )
+                .await
+                .unwrap();
+        }
+        let seqs = |page: Vec<Message>| page.into_iter().map(|m| m.seq).collect::<Vec<_>>();
+        assert_eq!(
+            seqs(store.history("d:1:2", 1, 4, 10).await.unwrap()),
+            vec![4, 3, 2],
+            "{backend:?}"
+        );
+        assert_eq!(
+            seqs(store.history("d:1:2", 0, i64::MAX, 2).await.unwrap()),
+            vec![5, 4],
+            "{backend:?}"
+        );
+        assert!(
+            store
+                .history("d:1:3", 0, i64::MAX, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{backend:?}"
+        );
+    }
+}

@@ -15,6 +15,7 @@ fn member(user: i64, role: Role) -> Member {
         alias: String::new(),
         mute_until_ms: 0,
         join_seq: 0,
+        leave_seq: 0,
         joined_at_ms: 0,
         status: MemberStatus::Normal,
         extra_permissions: 0,
@@ -187,22 +188,23 @@ fn joining_follows_the_join_mode_and_reviews_need_an_admin() {
 #[test]
 fn ranks_bound_kicks_mutes_and_admin_changes() {
     assert!(
-        refused(kick(&state(2, JoinMode::Invite), &[1])).contains("your rank or above"),
+        refused(kick(&state(2, JoinMode::Invite), &[1], NOW)).contains("your rank or above"),
         "an admin on the owner"
     );
     assert!(matches!(
-        kick(&state(2, JoinMode::Invite), &[2]),
+        kick(&state(2, JoinMode::Invite), &[2], NOW),
         Err(Error::Invalid {
             field: "user_ids",
             ..
         })
     ));
-    assert!(refused(kick(&state(3, JoinMode::Invite), &[4])).contains("may not remove"));
+    assert!(refused(kick(&state(3, JoinMode::Invite), &[4], NOW)).contains("may not remove"));
     assert!(
-        refused(kick(&state(1, JoinMode::Invite), &[5])).contains("not a member"),
+        refused(kick(&state(1, JoinMode::Invite), &[5], NOW)).contains("not a member"),
         "the kicked are gone"
     );
-    let kicked = kick(&state(1, JoinMode::Invite), &[2, 3]).unwrap();
+    let kicked = kick(&state(1, JoinMode::Invite), &[2, 3], NOW).unwrap();
+    assert!(kicked.members.iter().all(|m| m.leave_seq == NOW.seq));
     assert!(
         kicked
             .members
@@ -243,9 +245,9 @@ fn ownership_moves_in_one_change_and_the_owner_cannot_just_quit() {
     assert_eq!(change.group.owner_id, 3);
     assert!(refused(transfer(&state(2, JoinMode::Invite), 3)).contains("only the owner"));
     assert!(refused(transfer(&state(1, JoinMode::Invite), 5)).contains("not a member"));
-    assert!(refused(quit(&state(1, JoinMode::Invite))).contains("transfer"));
+    assert!(refused(quit(&state(1, JoinMode::Invite), NOW)).contains("transfer"));
     assert_eq!(
-        quit(&state(3, JoinMode::Invite)).unwrap().members[0].status,
+        quit(&state(3, JoinMode::Invite), NOW).unwrap().members[0].status,
         MemberStatus::Quit
     );
     assert!(refused(dismiss(&state(2, JoinMode::Invite))).contains("only the owner"));

@@ -53,6 +53,7 @@ pub(super) mod members {
         pub alias: String,
         pub mute_until_ms: i64,
         pub join_seq: i64,
+        pub leave_seq: i64,
         pub joined_at_ms: i64,
         pub status: i16,
         pub extra_permissions: i32,
@@ -156,6 +157,7 @@ pub(super) fn to_member(m: members::Model) -> Result<Member, StoreError> {
         alias: m.alias,
         mute_until_ms: m.mute_until_ms,
         join_seq: m.join_seq,
+        leave_seq: m.leave_seq,
         joined_at_ms: m.joined_at_ms,
         status: match m.status {
             0 => MemberStatus::Normal,
@@ -176,6 +178,7 @@ pub(super) fn member_row(m: &Member) -> members::ActiveModel {
         alias: Set(m.alias.clone()),
         mute_until_ms: Set(m.mute_until_ms),
         join_seq: Set(m.join_seq),
+        leave_seq: Set(m.leave_seq),
         joined_at_ms: Set(m.joined_at_ms),
         status: Set(m.status as i16),
         extra_permissions: Set(m.extra_permissions as i32),

@@ -90,6 +90,7 @@ impl MigrationTrait for CreateTables {
                     .col(string_len(n("alias"), 128))
                     .col(big_integer(n("mute_until_ms")))
                     .col(big_integer(n("join_seq")))
+                    .col(big_integer(n("leave_seq")))
                     .col(big_integer(n("joined_at_ms")))
                     .col(small_integer(n("status")))
                     .col(integer(n("extra_permissions")))
