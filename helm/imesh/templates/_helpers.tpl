@@ -1,0 +1,40 @@
+{{- define "imesh.labels" -}}
+app.kubernetes.io/name: imesh
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end }}
+
+{{- define "imesh.selector" -}}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .name }}
+{{- end }}
+
+{{- define "imesh.secretName" -}}
+{{- default (printf "%s-imesh" .Release.Name) .Values.existingSecret }}
+{{- end }}
+
+{{/* The in-cluster address of a service: its headless Service and gRPC port. */}}
+{{- define "imesh.addr" -}}
+{{- $svc := index .root.Values.services .name -}}
+{{ printf "%s-%s:%v" .root.Release.Name .name $svc.port }}
+{{- end }}
+
+{{- define "imesh.commonEnv" -}}
+- name: IMESH__AUTH__INTERNAL_SECRET
+  valueFrom: { secretKeyRef: { name: {{ include "imesh.secretName" . }}, key: internal-secret } }
+- name: IMESH__AUTH__JWT_SECRET
+  valueFrom: { secretKeyRef: { name: {{ include "imesh.secretName" . }}, key: jwt-secret } }
+- name: IMESH__TELEMETRY__LOG
+  value: {{ .Values.telemetry.log | quote }}
+- name: IMESH__TELEMETRY__JSON
+  value: {{ .Values.telemetry.json | quote }}
+{{- with .Values.telemetry.otlpEndpoint }}
+- name: IMESH__TELEMETRY__OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.redis.url }}
+- name: IMESH__REDIS__URL
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
