@@ -356,6 +356,22 @@ impl GroupService for GroupApi {
         })
     }
 
+    async fn active_members(
+        &self,
+        request: Request<pb::ActiveMembersRequest>,
+    ) -> Reply<pb::ListMembersResponse> {
+        let (me, pb::ActiveMembersRequest { group_id, limit }) = user_call(request)?;
+        let members = self
+            .groups
+            .active(me, group_id, limit)
+            .await
+            .map_err(status)?;
+        ok(pb::ListMembersResponse {
+            members: members.iter().map(member_to_proto).collect(),
+            next_cursor: 0,
+        })
+    }
+
     async fn check_send(
         &self,
         request: Request<pb::CheckSendRequest>,

@@ -16,5 +16,11 @@ pub fn member_ids(group_id: i64) -> String {
     format!("im:g:{{{group_id}}}:ids")
 }
 
+/// Sorted set: user → last activity (ms), the most recent few only. Not dropped by
+/// invalidation: activity is not derived from the database.
+pub fn active(group_id: i64) -> String {
+    format!("im:g:{{{group_id}}}:active")
+}
+
 /// Pub/sub channel carrying the ids of groups whose cached entries are stale.
 pub const INVALIDATIONS: &str = "im:g:invalidate";

@@ -18,9 +18,13 @@ struct Entry {
     ids: Option<(Instant, Vec<i64>)>,
 }
 
+/// Recent activity per group, most recent last.
+type Activity = HashMap<i64, Vec<(i64, i64)>>;
+
 pub struct MemoryGroupCache {
     ttl: Duration,
     groups: Mutex<HashMap<i64, Entry>>,
+    activity: Mutex<Activity>,
 }
 
 impl MemoryGroupCache {
@@ -28,6 +32,7 @@ impl MemoryGroupCache {
         Self {
             ttl,
             groups: Mutex::new(HashMap::new()),
+            activity: Mutex::new(HashMap::new()),
         }
     }
 
@@ -91,6 +96,28 @@ impl GroupCache for MemoryGroupCache {
     async fn put_member_ids(&self, group_id: i64, ids: &[i64]) -> Result<(), StoreError> {
         self.groups.lock().entry(group_id).or_default().ids = Some((Instant::now(), ids.to_vec()));
         Ok(())
+    }
+
+    async fn touch(&self, group_id: i64, user: i64, at_ms: i64) -> Result<(), StoreError> {
+        let mut activity = self.activity.lock();
+        let recent = activity.entry(group_id).or_default();
+        recent.retain(|(u, _)| *u != user);
+        recent.push((user, at_ms));
+        if recent.len() > super::ACTIVE_KEPT {
+            recent.remove(0);
+        }
+        Ok(())
+    }
+
+    async fn active(&self, group_id: i64, limit: u32) -> Result<Vec<i64>, StoreError> {
+        let activity = self.activity.lock();
+        let recent = activity.get(&group_id).map_or(&[][..], Vec::as_slice);
+        Ok(recent
+            .iter()
+            .rev()
+            .take(limit as usize)
+            .map(|(u, _)| *u)
+            .collect())
     }
 
     async fn invalidate(&self, group_id: i64) -> Result<(), StoreError> {

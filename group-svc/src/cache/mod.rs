@@ -13,6 +13,9 @@ pub mod keys;
 pub mod memory;
 pub mod redis;
 
+/// How many recently active members a group keeps.
+pub const ACTIVE_KEPT: usize = 200;
+
 /// What the gate needs of a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GateGroup {
@@ -52,6 +55,11 @@ pub trait GroupCache: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
     async fn member_ids(&self, group_id: i64) -> Result<Option<Vec<i64>>, StoreError>;
     async fn put_member_ids(&self, group_id: i64, ids: &[i64]) -> Result<(), StoreError>;
+    /// Records that `user` was active in the group at `at_ms`, keeping the most recent
+    /// [`ACTIVE_KEPT`] (seed 001's hot members of large groups).
+    async fn touch(&self, group_id: i64, user: i64, at_ms: i64) -> Result<(), StoreError>;
+    /// The most recently active members, most recent first, at most `limit`.
+    async fn active(&self, group_id: i64, limit: u32) -> Result<Vec<i64>, StoreError>;
     /// MUST drop every entry of the group; called after each change to it.
     async fn invalidate(&self, group_id: i64) -> Result<(), StoreError>;
 }

@@ -108,6 +108,31 @@ impl GroupCache for RedisGroupCache {
         Ok(())
     }
 
+    async fn touch(&self, group_id: i64, user: i64, at_ms: i64) -> Result<(), StoreError> {
+        let key = keys::active(group_id);
+        let client = self.pool.next();
+        let keep = super::ACTIVE_KEPT as i64;
+        let (added, trimmed) = tokio::join!(
+            client.zadd::<i64, _, _>(&key, None, None, false, false, (at_ms as f64, user)),
+            client.zremrangebyrank::<i64, _>(&key, 0, -(keep + 1)),
+        );
+        added?;
+        trimmed?;
+        Ok(())
+    }
+
+    async fn active(&self, group_id: i64, limit: u32) -> Result<Vec<i64>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let key = keys::active(group_id);
+        let ids: Vec<i64> = self
+            .pool
+            .zrevrange(key, 0, i64::from(limit) - 1, false)
+            .await?;
+        Ok(ids)
+    }
+
     async fn invalidate(&self, group_id: i64) -> Result<(), StoreError> {
         let client = self.pool.next();
         let keys = vec![

@@ -111,3 +111,24 @@ async fn an_invalidation_reaches_every_replica_listening_on_redis() {
     }
     task.abort();
 }
+
+#[tokio::test]
+async fn activity_keeps_the_most_recent_members_once_each() {
+    for (name, cache) in caches().await {
+        let g = testing::random_id();
+        for (user, at) in [(1, 10), (2, 20), (1, 30), (3, 40)] {
+            cache.touch(g, user, at).await.unwrap();
+        }
+        assert_eq!(cache.active(g, 10).await.unwrap(), vec![3, 1, 2], "{name}");
+        assert_eq!(cache.active(g, 2).await.unwrap(), vec![3, 1], "{name}");
+        for user in 100..(100 + ACTIVE_KEPT as i64 + 5) {
+            cache.touch(g, user, 1_000 + user).await.unwrap();
+        }
+        let kept = cache.active(g, 1_000).await.unwrap();
+        assert_eq!(
+            (kept.len(), kept[0]),
+            (ACTIVE_KEPT, 104 + ACTIVE_KEPT as i64),
+            "{name}"
+        );
+    }
+}

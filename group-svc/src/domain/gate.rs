@@ -81,6 +81,14 @@ impl Gate {
             imesh_kit::ids::unix_ms(),
         )?;
         let member = member.expect("check_send passed: a member");
+        if group.kind == super::GroupType::Super
+            && let Err(e) = self
+                .shared
+                .touch(group_id, user, imesh_kit::ids::unix_ms())
+                .await
+        {
+            tracing::warn!(error = %e, "recording member activity failed");
+        }
         Ok(Allowed {
             role: member.role,
             map_id: member.map_id,
@@ -102,6 +110,11 @@ impl Gate {
             tracing::warn!(error = %e, "filling the group cache failed");
         }
         Ok(ids)
+    }
+
+    /// The most recently active senders of a super group, most recent first.
+    pub async fn active(&self, group_id: i64, limit: u32) -> Result<Vec<i64>, Error> {
+        Ok(self.shared.active(group_id, limit).await?)
     }
 
     /// Forgets a group everywhere after a change to it.

@@ -346,6 +346,22 @@ impl Groups {
         Ok(self.store.members(group_id, &users).await?)
     }
 
+    /// The current members who sent most recently (super groups keep no full list).
+    pub async fn active(&self, me: i64, group_id: i64, limit: u32) -> Result<Vec<Member>, Error> {
+        self.as_member(me, group_id).await?;
+        let ids = self
+            .gate
+            .active(
+                group_id,
+                page_limit(limit, 50, crate::cache::ACTIVE_KEPT as u32)?,
+            )
+            .await?;
+        let mut rows = self.store.members(group_id, &ids).await?;
+        rows.retain(Member::is_current);
+        rows.sort_by_key(|m| ids.iter().position(|id| *id == m.user_id));
+        Ok(rows)
+    }
+
     pub async fn search(
         &self,
         me: i64,
