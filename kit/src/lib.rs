@@ -26,3 +26,13 @@ pub mod sql;
 pub mod telemetry;
 pub mod testing;
 pub mod token;
+
+/// A page size from a request: 0 asks for `default`; above `max` is refused with the reason
+/// (callers name the field).
+pub fn page_limit(limit: u32, default: u32, max: u32) -> Result<u32, String> {
+    match limit {
+        0 => Ok(default),
+        l if l <= max => Ok(l),
+        _ => Err(format!("must be at most {max}")),
+    }
+}

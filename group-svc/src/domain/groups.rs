@@ -493,9 +493,5 @@ fn parse_users(field: &'static str, raw: &[i64]) -> Result<Vec<i64>, Error> {
 }
 
 fn page_limit(limit: u32, default: u32, max: u32) -> Result<u32, Error> {
-    match limit {
-        0 => Ok(default),
-        l if l <= max => Ok(l),
-        _ => Err(invalid("limit", format!("must be at most {max}"))),
-    }
+    imesh_kit::page_limit(limit, default, max).map_err(|reason| invalid("limit", reason))
 }

@@ -240,16 +240,8 @@ impl Messages {
         before_seq: i64,
         limit: u32,
     ) -> Result<(Vec<Message>, bool), Error> {
-        let limit = match limit {
-            0 => 50,
-            l if l <= MAX_HISTORY_PAGE => l,
-            _ => {
-                return Err(invalid(
-                    "limit",
-                    format!("must be at most {MAX_HISTORY_PAGE}"),
-                ));
-            }
-        };
+        let limit = imesh_kit::page_limit(limit, 50, MAX_HISTORY_PAGE)
+            .map_err(|reason| invalid("limit", reason))?;
         let (after, until) = self.visible(user, conversation_id).await?;
         let before = if before_seq > 0 {
             before_seq - 1

@@ -195,9 +195,5 @@ impl Friends {
 }
 
 fn page_limit(limit: u32, default: u32, max: u32) -> Result<u32, Error> {
-    match limit {
-        0 => Ok(default),
-        l if l <= max => Ok(l),
-        _ => Err(invalid("limit", format!("must be at most {max}"))),
-    }
+    imesh_kit::page_limit(limit, default, max).map_err(|reason| invalid("limit", reason))
 }
