@@ -7,7 +7,7 @@ use imesh_kit::{
 };
 use imesh_protos::{
     message::{
-        HistoryRequest, HistoryResponse, SendRequest, SendResponse,
+        HistoryRequest, HistoryResponse, RecallRequest, RecallResponse, SendRequest, SendResponse,
         message_service_client::MessageServiceClient,
     },
     notify::{Device, OfflineRequest, OnlineRequest, notify_service_client::NotifyServiceClient},
@@ -91,6 +91,15 @@ impl Backends {
     ) -> Result<HistoryResponse, Status> {
         let request = self.caller.request(Actor::User(user), request);
         Ok(self.message.clone().history(request).await?.into_inner())
+    }
+
+    pub async fn recall(
+        &self,
+        user: i64,
+        request: RecallRequest,
+    ) -> Result<RecallResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self.message.clone().recall(request).await?.into_inner())
     }
 
     pub async fn ack(&self, user: i64, device_id: String, sync_seq: i64) -> Result<(), Status> {

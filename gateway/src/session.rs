@@ -99,6 +99,11 @@ impl Session {
                 .history(self.user(), request)
                 .await
                 .map(Body::History),
+            Some(In::Recall(request)) => self
+                .backends
+                .recall(self.user(), request)
+                .await
+                .map(Body::Recall),
             Some(In::Ack(pb::Ack { sync_seq })) => {
                 return match self
                     .backends

@@ -60,6 +60,25 @@ impl MessageService for MessageApi {
         }))
     }
 
+    async fn recall(
+        &self,
+        request: Request<pb::RecallRequest>,
+    ) -> Result<Response<pb::RecallResponse>, Status> {
+        let user = identity::actor(&request)?.user()?;
+        let pb::RecallRequest {
+            conversation_id,
+            seq,
+        } = request.into_inner();
+        let message = self
+            .messages
+            .recall(user, &conversation_id, seq)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::RecallResponse {
+            message: Some(crate::events::message_to_proto(&message)),
+        }))
+    }
+
     async fn conversation_seq(
         &self,
         request: Request<pb::ConversationSeqRequest>,
@@ -105,7 +124,10 @@ fn status(err: Error) -> Status {
         Error::Invalid { field, reason } => error::invalid(field, reason),
         Error::TooLarge { .. } => Status::invalid_argument(err.to_string()),
         Error::UnknownUser(_) => Status::not_found(err.to_string()),
-        Error::NotParticipant => Status::permission_denied(err.to_string()),
+        Error::NotParticipant | Error::RecallRefused(_) => {
+            Status::permission_denied(err.to_string())
+        }
+        Error::NoMessage => Status::not_found(err.to_string()),
         Error::Refused(_) => Status::permission_denied(err.to_string()),
         Error::GroupRefused(why, ref message) => match why {
             GroupRefusal::NotFound => Status::not_found(message.clone()),

@@ -31,8 +31,10 @@ pub fn message_to_proto(message: &Message) -> pb::Message {
         seq: message.seq,
         sender_id: message.sender_id,
         client_msg_id: message.client_msg_id.clone(),
-        content: Some(content_to_proto(&message.content)),
+        content: (message.recalled_by == 0).then(|| content_to_proto(&message.content)),
         server_time_ms: message.server_time_ms,
+        recalled_by: message.recalled_by,
+        recalled_at_ms: message.recalled_at_ms,
     }
 }
 
@@ -43,4 +45,28 @@ pub fn content_to_proto(content: &Content) -> pb::Content {
         Content::Custom(json) => Kind::Custom(pb::Custom { json: json.clone() }),
     };
     pb::Content { kind: Some(kind) }
+}
+
+/// The idempotency key sync-svc dedups a recall event on.
+pub fn recall_event_id(message: &Message) -> String {
+    format!("r:{}:{}", message.conversation_id, message.seq)
+}
+
+/// The outbox payload telling `recipients` that `message` was recalled.
+pub fn encode_recall(message: &Message, recipients: &[i64]) -> Vec<u8> {
+    let recalled = pb::Recalled {
+        conversation_id: message.conversation_id.clone(),
+        seq: message.seq,
+        msg_id: message.msg_id,
+        recalled_by: message.recalled_by,
+        recalled_at_ms: message.recalled_at_ms,
+    };
+    sync_pb::Fanout {
+        event_id: recall_event_id(message),
+        recipient_ids: recipients.to_vec(),
+        event: Some(sync_pb::SyncEvent {
+            kind: Some(sync_pb::sync_event::Kind::Recalled(recalled)),
+        }),
+    }
+    .encode_to_vec()
 }

@@ -47,6 +47,8 @@ pub struct Config {
     pub max_content_bytes: usize,
     /// Who may message whom directly: `anyone` (not blocked) or `friends_only`.
     pub direct_policy: domain::DirectPolicy,
+    /// How long senders may recall their own messages.
+    pub recall_window_secs: u64,
     /// How far ahead each persisted seq ceiling reaches.
     pub seq_step: i64,
     /// Outbox rows handed to sync-svc per call.
@@ -64,6 +66,7 @@ impl Default for Config {
             sync_addr: "127.0.0.1:50054".into(),
             max_content_bytes: 12 * 1024,
             direct_policy: domain::DirectPolicy::Anyone,
+            recall_window_secs: 120,
             seq_step: 1000,
             outbox_batch: 256,
         }
@@ -113,11 +116,15 @@ impl Service {
             Arc::new(groups),
             Arc::new(seqs),
             Arc::new(Snowflake::new(node_id)),
-            events::encode_fanout,
+            domain::Encoders {
+                message: events::encode_fanout,
+                recall: events::encode_recall,
+            },
             relay.waker(),
             domain::Limits {
                 max_content_bytes: config.max_content_bytes,
                 direct_policy: config.direct_policy,
+                recall_window_ms: config.recall_window_secs as i64 * 1000,
             },
         );
         Ok(Self {

@@ -3,7 +3,7 @@
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     group::{
-        CheckSendRequest, MemberIdsRequest, MemberStatus, MembershipRequest,
+        CheckSendRequest, MemberIdsRequest, MemberStatus, MembershipRequest, Permission,
         group_service_client::GroupServiceClient,
     },
     relation::{CheckRelationsRequest, Relation, relation_service_client::RelationServiceClient},
@@ -106,6 +106,42 @@ impl GroupGate for GroupServiceGate {
         {
             Ok(reply) => Ok(Ok(reply.into_inner().user_ids)),
             Err(status) => refusal(status),
+        }
+    }
+
+    async fn member_ids(&self, group: i64) -> anyhow::Result<Vec<i64>> {
+        let request = self
+            .caller
+            .request(Actor::System, MemberIdsRequest { group_id: group });
+        Ok(self
+            .client
+            .clone()
+            .member_ids(request)
+            .await?
+            .into_inner()
+            .user_ids)
+    }
+
+    async fn may_recall_others(&self, group: i64, user: i64) -> anyhow::Result<bool> {
+        let request = MembershipRequest {
+            group_id: group,
+            user_id: user,
+        };
+        match self
+            .client
+            .clone()
+            .membership(self.caller.request(Actor::System, request))
+            .await
+        {
+            Ok(reply) => {
+                let member = reply.into_inner();
+                Ok(member.status() == MemberStatus::Normal
+                    && member.permissions & Permission::RecallOther as u32 != 0)
+            }
+            Err(status) if matches!(status.code(), Code::NotFound | Code::PermissionDenied) => {
+                Ok(false)
+            }
+            Err(status) => Err(status.into()),
         }
     }
 

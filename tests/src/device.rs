@@ -7,7 +7,10 @@ use imesh_protos::{
     gateway::{
         Ack, Auth, AuthOk, ClientFrame, Error, Ping, ServerFrame, client_frame, server_frame::Body,
     },
-    message::{Content, HistoryRequest, HistoryResponse, SendRequest, Text, content, send_request},
+    message::{
+        Content, HistoryRequest, HistoryResponse, RecallRequest, SendRequest, Text, content,
+        send_request,
+    },
     sync::{InboxEntry, PullRequest, PullResponse},
 };
 use prost::Message as _;
@@ -153,6 +156,33 @@ impl Device {
         match self.reply(id).await {
             Body::History(response) => response,
             other => panic!("unexpected reply to history: {other:?}"),
+        }
+    }
+
+    /// Recalls message `seq` of a conversation; the reply is a `Recall` or an `Error`.
+    pub async fn recall(&mut self, conversation_id: &str, seq: i64) -> Body {
+        let request = RecallRequest {
+            conversation_id: conversation_id.into(),
+            seq,
+        };
+        let id = self.send_frame(client_frame::Body::Recall(request)).await;
+        self.reply(id).await
+    }
+
+    /// Pulls after `after_sync_seq` until at least `count` entries are there (inbox appends
+    /// trail the send ack: the outbox relay hands them over), failing after the patience.
+    pub async fn pull_at_least(&mut self, after_sync_seq: i64, count: usize) -> PullResponse {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let page = self.pull(after_sync_seq).await;
+            if page.entries.len() >= count {
+                return page;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{count} entries after {after_sync_seq} never arrived: {page:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
 

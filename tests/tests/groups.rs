@@ -1,4 +1,5 @@
-//! Groups end to end through the gateway: group messages reach every member's device,
+//! Groups end to end through the gateway: group messages reach every member's device, an
+//! admin recalls a message everywhere,
 //! mute-all silences members but not admins, a kicked member can no longer send and hears
 //! nothing more, and a late joiner's history starts at the seq they joined at. Runs on
 //! every available store set.
@@ -98,6 +99,34 @@ async fn scenario(stores: Stores) {
         pushed_text(device, "hello team").await;
     }
 
+    // Only the sender or an admin recalls; everyone's devices hear of it; history keeps a tombstone.
+    let conversation = format!("g:{g}");
+    let (code, _) = refused(d.recall(&conversation, first.seq).await);
+    assert_eq!(
+        code,
+        Code::PermissionDenied as u32,
+        "{stores:?}: dave is neither sender nor admin"
+    );
+    let Body::Recall(recall) = b.recall(&conversation, first.seq).await else {
+        panic!("admin recall refused")
+    };
+    assert_eq!(recall.message.unwrap().recalled_by, bob);
+    loop {
+        if let Some(Kind::Recalled(r)) = a.next_push().await.event.and_then(|e| e.kind) {
+            assert_eq!((r.seq, r.recalled_by), (first.seq, bob), "{stores:?}");
+            break;
+        }
+    }
+    let tombstone = a
+        .history(&conversation, first.seq + 1)
+        .await
+        .messages
+        .remove(0);
+    assert!(
+        tombstone.recalled_by == bob && tombstone.content.is_none(),
+        "{stores:?}: {tombstone:?}"
+    );
+
     // Mute-all: members are silenced, admins are not.
     groups()
         .mute_all(env.caller.request(
@@ -185,7 +214,7 @@ async fn scenario(stores: Stores) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn group_messages_follow_membership_mute_and_join_seq() {
+async fn group_messages_follow_membership_mute_recall_and_join_seq() {
     for stores in Stores::available() {
         scenario(stores).await;
     }

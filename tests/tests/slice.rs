@@ -70,7 +70,7 @@ async fn slice(stores: Stores) {
         );
     }
     let mut b = env.signed_in(&bob_token, "bob-phone").await;
-    let caught_up = b.pull(cursor).await;
+    let caught_up = b.pull_at_least(cursor, 3).await;
     let texts: Vec<_> = caught_up.entries.iter().map(text_of).collect();
     assert_eq!(
         texts,
@@ -89,7 +89,7 @@ async fn slice(stores: Stores) {
     assert!(!caught_up.has_more);
 
     // A's own devices see the conversation too (multi-device sync): all four messages.
-    let mine = a.pull(0).await;
+    let mine = a.pull_at_least(0, 4).await;
     assert_eq!(mine.entries.len(), 4, "{stores:?}");
     env.cluster.stop().await.expect("clean shutdown");
 }

@@ -22,6 +22,10 @@ pub enum Error {
     UnknownUser(i64),
     #[error("conversation_id: you are not in this conversation")]
     NotParticipant,
+    #[error("seq: no such message")]
+    NoMessage,
+    #[error("seq: {0}")]
+    RecallRefused(&'static str),
     /// group-svc refused the send (its message names the field and the reason).
     #[error("{1}")]
     GroupRefused(GroupRefusal, String),
@@ -75,6 +79,10 @@ pub trait GroupGate: Send + Sync + 'static {
         group: i64,
         sender: i64,
     ) -> anyhow::Result<Result<Vec<i64>, (GroupRefusal, String)>>;
+    /// The group's current members (whom a recall reaches).
+    async fn member_ids(&self, group: i64) -> anyhow::Result<Vec<i64>>;
+    /// Whether `user` is a current member holding RECALL_OTHER.
+    async fn may_recall_others(&self, group: i64, user: i64) -> anyhow::Result<bool>;
     /// The seqs of the group's conversation `user` may read: after their join seq and, once
     /// they left, up to their leave seq. `None` when they never were a member.
     async fn visibility(&self, group: i64, user: i64)
@@ -98,9 +106,18 @@ pub enum DirectPolicy {
 /// Turns a stored message and its recipients into the outbox payload sync-svc receives.
 pub type EncodeEvent = fn(&Message, &[i64]) -> Vec<u8>;
 
+/// The outbox payloads message-svc writes: a new message, a recall.
+#[derive(Clone, Copy)]
+pub struct Encoders {
+    pub message: EncodeEvent,
+    pub recall: EncodeEvent,
+}
+
 pub struct Limits {
     pub max_content_bytes: usize,
     pub direct_policy: DirectPolicy,
+    /// How long a sender may recall their own message.
+    pub recall_window_ms: i64,
 }
 
 pub struct Messages {
@@ -109,7 +126,7 @@ pub struct Messages {
     groups: Arc<dyn GroupGate>,
     seqs: Arc<SeqAllocator>,
     ids: Arc<Snowflake>,
-    encode: EncodeEvent,
+    encode: Encoders,
     relay: Arc<Notify>,
     limits: Limits,
 }
@@ -127,7 +144,7 @@ impl Messages {
         groups: Arc<dyn GroupGate>,
         seqs: Arc<SeqAllocator>,
         ids: Arc<Snowflake>,
-        encode: EncodeEvent,
+        encode: Encoders,
         relay: Arc<Notify>,
         limits: Limits,
     ) -> Self {
@@ -173,10 +190,12 @@ impl Messages {
             client_msg_id,
             content,
             server_time_ms: imesh_kit::ids::unix_ms(),
+            recalled_by: 0,
+            recalled_at_ms: 0,
         };
         let event = OutboxRow {
             id: message.msg_id,
-            payload: (self.encode)(&message, &recipients),
+            payload: (self.encode.message)(&message, &recipients),
         };
         match self.store.append(&message, event).await {
             Ok(()) => {}
@@ -231,6 +250,79 @@ impl Messages {
 }
 
 impl Messages {
+    /// Recalls message `seq` of a conversation as `user`: their own within the recall
+    /// window, or anyone's in a group where they hold RECALL_OTHER. Idempotent.
+    pub async fn recall(
+        &self,
+        user: i64,
+        conversation_id: &str,
+        seq: i64,
+    ) -> Result<Message, Error> {
+        let (after, until) = self.visible(user, conversation_id).await?;
+        let found = self.store.message(conversation_id, seq).await?;
+        let message = found
+            .filter(|m| m.seq > after && until.is_none_or(|u| m.seq <= u))
+            .ok_or(Error::NoMessage)?;
+        if message.recalled_by != 0 {
+            return Ok(message);
+        }
+        let now = imesh_kit::ids::unix_ms();
+        let group = conversation_id
+            .strip_prefix("g:")
+            .and_then(|g| g.parse::<i64>().ok());
+        let own_in_time = message.sender_id == user
+            && now - message.server_time_ms <= self.limits.recall_window_ms;
+        if !own_in_time {
+            let moderator = match group {
+                Some(g) => self
+                    .groups
+                    .may_recall_others(g, user)
+                    .await
+                    .map_err(Error::Directory)?,
+                None => false,
+            };
+            if !moderator {
+                return Err(Error::RecallRefused(if message.sender_id == user {
+                    "the recall window has passed"
+                } else {
+                    "only the sender, or a group admin, may recall this message"
+                }));
+            }
+        }
+        let recipients = match group {
+            Some(g) => self.groups.member_ids(g).await.map_err(Error::Directory)?,
+            None => conversation_id
+                .split(':')
+                .skip(1)
+                .filter_map(|p| p.parse().ok())
+                .collect(),
+        };
+        let recalled = Message {
+            content: Content::Text(String::new()),
+            recalled_by: user,
+            recalled_at_ms: now,
+            ..message
+        };
+        let event = OutboxRow {
+            id: self.ids.next_id(),
+            payload: (self.encode.recall)(&recalled, &recipients),
+        };
+        if !self
+            .store
+            .recall(conversation_id, seq, user, now, event)
+            .await?
+        {
+            // Someone recalled it meanwhile: answer with what is stored.
+            return self
+                .store
+                .message(conversation_id, seq)
+                .await?
+                .ok_or(Error::NoMessage);
+        }
+        self.relay.notify_one();
+        Ok(recalled)
+    }
+
     /// `user`'s view of a conversation's history before `before_seq` (0: the latest),
     /// newest first, and whether older visible messages remain.
     pub async fn history(

@@ -48,6 +48,15 @@ impl GroupGate for Groups {
         })
     }
 
+    async fn member_ids(&self, _: i64) -> anyhow::Result<Vec<i64>> {
+        Ok(vec![1, 2, 3])
+    }
+
+    /// User 2 moderates group 7.
+    async fn may_recall_others(&self, group: i64, user: i64) -> anyhow::Result<bool> {
+        Ok((group, user) == (7, 2))
+    }
+
     async fn visibility(
         &self,
         group: i64,
@@ -82,11 +91,15 @@ async fn messages_with(direct_policy: DirectPolicy) -> (Messages, SqlOutbox) {
         Arc::new(Groups),
         Arc::new(seqs),
         Arc::new(Snowflake::new(0)),
-        crate::events::encode_fanout,
+        Encoders {
+            message: crate::events::encode_fanout,
+            recall: crate::events::encode_recall,
+        },
         Arc::new(Notify::new()),
         Limits {
             max_content_bytes: 16,
             direct_policy,
+            recall_window_ms: 60_000,
         },
     );
     (messages, SqlOutbox::new(db, OUTBOX_TABLE))
@@ -285,4 +298,82 @@ async fn history_shows_each_member_only_what_they_could_see() {
         messages.history(1, "g:7", 0, 101).await,
         Err(Error::Invalid { field: "limit", .. })
     ));
+}
+
+#[tokio::test]
+async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_once() {
+    let (messages, outbox) = messages().await;
+    let send = |client_msg_id: &str, to| SendCommand {
+        client_msg_id: client_msg_id.into(),
+        to: Some(to),
+        content: Some(Content::Text("oops".into())),
+    };
+    let direct = messages.send(1, send("r1", Target::User(2))).await.unwrap();
+    let refused = messages
+        .recall(2, &direct.conversation_id, direct.seq)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, Error::RecallRefused(m) if m.contains("only the sender")),
+        "{refused:?}"
+    );
+    let recalled = messages
+        .recall(1, &direct.conversation_id, direct.seq)
+        .await
+        .unwrap();
+    assert_eq!(
+        (recalled.recalled_by, recalled.content.clone()),
+        (1, Content::Text(String::new()))
+    );
+    let again = messages
+        .recall(1, &direct.conversation_id, direct.seq)
+        .await
+        .unwrap();
+    assert_eq!(
+        again.recalled_at_ms, recalled.recalled_at_ms,
+        "recalling twice changes nothing"
+    );
+    let (history, _) = messages
+        .history(2, &direct.conversation_id, 0, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        (history[0].recalled_by, history[0].content.clone()),
+        (1, Content::Text(String::new())),
+        "a tombstone"
+    );
+
+    messages
+        .send(1, send("r2", Target::Group(7)))
+        .await
+        .unwrap();
+    let in_group = messages
+        .send(1, send("r3", Target::Group(7)))
+        .await
+        .unwrap();
+    assert!(matches!(
+        messages.recall(3, "g:7", in_group.seq).await,
+        Err(Error::RecallRefused(_))
+    ));
+    assert_eq!(
+        messages
+            .recall(2, "g:7", in_group.seq)
+            .await
+            .unwrap()
+            .recalled_by,
+        2,
+        "a moderator recalls anyone's"
+    );
+    assert!(matches!(
+        messages.recall(1, "g:7", 99).await,
+        Err(Error::NoMessage)
+    ));
+    // Three sends and two recalls queued; the refused and repeated recalls queued nothing.
+    let rows = outbox.pending(10).await.unwrap();
+    assert_eq!(rows.len(), 5);
+    let last = imesh_protos::sync::Fanout::decode(rows[4].payload.as_slice()).unwrap();
+    assert_eq!(
+        (last.event_id.as_str(), last.recipient_ids.clone()),
+        ("r:g:7:2", vec![1, 2, 3])
+    );
 }

@@ -56,6 +56,9 @@ pub struct Message {
     pub client_msg_id: String,
     pub content: Content,
     pub server_time_ms: i64,
+    /// Who recalled it (0: not recalled); a recalled message keeps no content.
+    pub recalled_by: i64,
+    pub recalled_at_ms: i64,
 }
 
 /// The acknowledgement of a send.

@@ -30,6 +30,17 @@ pub trait MessageStore: Send + Sync + 'static {
         up_to: i64,
         limit: u32,
     ) -> Result<Vec<Message>, StoreError>;
+    /// In one transaction: makes the message a tombstone (content dropped, `by` and `at_ms`
+    /// recorded) and queues `event`, unless it was already recalled. True when this call
+    /// recalled it.
+    async fn recall(
+        &self,
+        conversation_id: &str,
+        seq: i64,
+        by: i64,
+        at_ms: i64,
+        event: OutboxRow,
+    ) -> Result<bool, StoreError>;
     /// The highest seq stored in a conversation, 0 for none.
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError>;
 }

@@ -31,6 +31,8 @@ mod messages {
         pub kind: i16,
         pub body: String,
         pub server_time_ms: i64,
+        pub recalled_by: i64,
+        pub recalled_at_ms: i64,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -61,6 +63,8 @@ fn to_message(m: messages::Model) -> Result<Message, StoreError> {
         client_msg_id: m.client_msg_id,
         content,
         server_time_ms: m.server_time_ms,
+        recalled_by: m.recalled_by,
+        recalled_at_ms: m.recalled_at_ms,
     })
 }
 
@@ -110,6 +114,8 @@ impl MessageStore for SqlMessageStore {
             kind: Set(kind),
             body: Set(body),
             server_time_ms: Set(message.server_time_ms),
+            recalled_by: Set(0),
+            recalled_at_ms: Set(0),
         };
         let txn = self.db.begin().await?;
         messages::Entity::insert(row)
@@ -163,6 +169,34 @@ impl MessageStore for SqlMessageStore {
             .all(&self.db)
             .await?;
         rows.into_iter().map(to_message).collect()
+    }
+
+    async fn recall(
+        &self,
+        conversation_id: &str,
+        seq: i64,
+        by: i64,
+        at_ms: i64,
+        event: OutboxRow,
+    ) -> Result<bool, StoreError> {
+        use messages::Column as C;
+        let txn = self.db.begin().await?;
+        let done = messages::Entity::update_many()
+            .col_expr(C::Body, Expr::value(""))
+            .col_expr(C::RecalledBy, Expr::value(by))
+            .col_expr(C::RecalledAtMs, Expr::value(at_ms))
+            .filter(C::ConversationId.eq(conversation_id))
+            .filter(C::Seq.eq(seq))
+            .filter(C::RecalledBy.eq(0))
+            .exec(&txn)
+            .await?;
+        if done.rows_affected == 0 {
+            txn.rollback().await?;
+            return Ok(false);
+        }
+        outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
+        txn.commit().await?;
+        Ok(true)
     }
 
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError> {
@@ -225,6 +259,8 @@ impl MigrationTrait for CreateMessages {
                     .col(small_integer(Alias::new("kind")))
                     .col(text(Alias::new("body")))
                     .col(big_integer(Alias::new("server_time_ms")))
+                    .col(big_integer(Alias::new("recalled_by")))
+                    .col(big_integer(Alias::new("recalled_at_ms")))
                     .to_owned(),
             )
             .await?;

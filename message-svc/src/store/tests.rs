@@ -30,6 +30,8 @@ fn message(msg_id: i64, seq: i64, client_msg_id: &str) -> Message {
         client_msg_id: client_msg_id.into(),
         content: Content::Text(format!("hello {seq}")),
         server_time_ms: 1_700_000_000_000 + seq,
+        recalled_by: 0,
+        recalled_at_ms: 0,
     }
 }
 
