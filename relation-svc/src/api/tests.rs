@@ -39,7 +39,11 @@ async fn apis() -> Vec<(&'static str, RelationApi)> {
         let db = imesh_kit::sql::connect_and_migrate::<crate::store::sql::Migrator>(&db_config)
             .await
             .unwrap();
-        let (api, _relay) = crate::wire(&Config::default(), &auth, 3, db, cache).unwrap();
+        // A node of its own: tests run in parallel and share the Redis cache, so their user
+        // ids must never coincide.
+        static NEXT_NODE: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(1);
+        let node = NEXT_NODE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (api, _relay) = crate::wire(&Config::default(), &auth, node, db, cache).unwrap();
         out.push((name, api));
     }
     out
