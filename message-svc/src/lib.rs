@@ -112,8 +112,10 @@ impl Service {
             peers::RelationDirectory::new(grpc::channel(&config.relation_addr)?, caller);
         let messages = domain::Messages::new(
             Arc::new(store::sql::SqlMessageStore::new(db.clone())),
-            Arc::new(directory),
-            Arc::new(groups),
+            domain::Peers {
+                relations: Arc::new(directory),
+                groups: Arc::new(groups),
+            },
             Arc::new(seqs),
             Arc::new(Snowflake::new(node_id)),
             domain::Encoders {

@@ -79,7 +79,7 @@ fn acting<'a>(
 }
 
 /// A named user's current membership.
-fn current<'a>(state: &'a GroupState, user: i64) -> Result<&'a Member, Error> {
+fn current(state: &GroupState, user: i64) -> Result<&Member, Error> {
     state
         .targets
         .get(&user)

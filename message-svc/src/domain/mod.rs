@@ -89,6 +89,12 @@ pub trait GroupGate: Send + Sync + 'static {
     -> anyhow::Result<Option<(i64, Option<i64>)>>;
 }
 
+/// The services message-svc asks before storing: relation-svc and group-svc.
+pub struct Peers {
+    pub relations: Arc<dyn Directory>,
+    pub groups: Arc<dyn GroupGate>,
+}
+
 /// Most messages one history page holds.
 pub const MAX_HISTORY_PAGE: u32 = 100;
 
@@ -122,8 +128,7 @@ pub struct Limits {
 
 pub struct Messages {
     store: Arc<dyn MessageStore>,
-    directory: Arc<dyn Directory>,
-    groups: Arc<dyn GroupGate>,
+    peers: Peers,
     seqs: Arc<SeqAllocator>,
     ids: Arc<Snowflake>,
     encode: Encoders,
@@ -140,8 +145,7 @@ pub struct SendCommand {
 impl Messages {
     pub fn new(
         store: Arc<dyn MessageStore>,
-        directory: Arc<dyn Directory>,
-        groups: Arc<dyn GroupGate>,
+        peers: Peers,
         seqs: Arc<SeqAllocator>,
         ids: Arc<Snowflake>,
         encode: Encoders,
@@ -150,8 +154,7 @@ impl Messages {
     ) -> Self {
         Self {
             store,
-            directory,
-            groups,
+            peers,
             seqs,
             ids,
             encode,
@@ -226,7 +229,8 @@ impl Messages {
                     return Err(invalid("user_id", "cannot message yourself"));
                 }
                 let relation = self
-                    .directory
+                    .peers
+                    .relations
                     .relation(sender, peer)
                     .await
                     .map_err(Error::Directory)?;
@@ -238,6 +242,7 @@ impl Messages {
                     return Err(invalid("group_id", "must be a group id"));
                 }
                 let recipients = self
+                    .peers
                     .groups
                     .recipients(group, sender)
                     .await
@@ -275,6 +280,7 @@ impl Messages {
         if !own_in_time {
             let moderator = match group {
                 Some(g) => self
+                    .peers
                     .groups
                     .may_recall_others(g, user)
                     .await
@@ -290,7 +296,12 @@ impl Messages {
             }
         }
         let recipients = match group {
-            Some(g) => self.groups.member_ids(g).await.map_err(Error::Directory)?,
+            Some(g) => self
+                .peers
+                .groups
+                .member_ids(g)
+                .await
+                .map_err(Error::Directory)?,
             None => conversation_id
                 .split(':')
                 .skip(1)
@@ -370,6 +381,7 @@ impl Messages {
             ));
         };
         match self
+            .peers
             .groups
             .visibility(group, user)
             .await

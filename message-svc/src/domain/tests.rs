@@ -87,8 +87,10 @@ async fn messages_with(direct_policy: DirectPolicy) -> (Messages, SqlOutbox) {
     );
     let messages = Messages::new(
         Arc::new(SqlMessageStore::new(db.clone())),
-        Arc::new(Users),
-        Arc::new(Groups),
+        Peers {
+            relations: Arc::new(Users),
+            groups: Arc::new(Groups),
+        },
         Arc::new(seqs),
         Arc::new(Snowflake::new(0)),
         Encoders {

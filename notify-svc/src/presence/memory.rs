@@ -9,9 +9,12 @@ use tokio::time::Instant;
 
 use super::{DeviceRoute, Presence};
 
+/// A user's devices: device id → (route, expiry).
+type Devices = HashMap<String, (DeviceRoute, Instant)>;
+
 #[derive(Default)]
 pub struct MemoryPresence {
-    users: Mutex<HashMap<i64, HashMap<String, (DeviceRoute, Instant)>>>,
+    users: Mutex<HashMap<i64, Devices>>,
 }
 
 #[async_trait]

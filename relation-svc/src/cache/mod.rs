@@ -35,8 +35,11 @@ pub trait EdgeCache: Send + Sync + 'static {
 pub struct LocalCache {
     ttl: Duration,
     max_owners: usize,
-    owners: Mutex<HashMap<i64, HashMap<i64, (Instant, Cached)>>>,
+    owners: Mutex<HashMap<i64, Answers>>,
 }
+
+/// One owner's cached answers: peer → (when cached, answer).
+type Answers = HashMap<i64, (Instant, Cached)>;
 
 impl LocalCache {
     pub fn new(ttl: Duration, max_owners: usize) -> Self {

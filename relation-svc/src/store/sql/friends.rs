@@ -19,7 +19,7 @@ use sea_orm::{
 };
 use tokio::sync::Notify;
 
-use super::users::users;
+use super::users::entity as users;
 use crate::{
     domain::{
         Error, FriendRequest, FriendStatus, Friendship, RelationEvent, RequestState,

@@ -14,7 +14,7 @@ use crate::{
 };
 
 #[allow(unreachable_pub)]
-pub(super) mod users {
+pub(super) mod entity {
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
@@ -41,7 +41,7 @@ pub(super) mod users {
     impl ActiveModelBehavior for ActiveModel {}
 }
 
-fn to_user(m: users::Model) -> (User, String) {
+fn to_user(m: entity::Model) -> (User, String) {
     (
         User {
             id: m.id,
@@ -68,7 +68,7 @@ impl SqlUserStore {
     }
 
     async fn by_id(&self, id: i64) -> Result<Option<User>, StoreError> {
-        let found = users::Entity::find_by_id(id).one(&self.db).await?;
+        let found = entity::Entity::find_by_id(id).one(&self.db).await?;
         Ok(found.map(|m| to_user(m).0))
     }
 }
@@ -77,7 +77,7 @@ impl SqlUserStore {
 impl UserStore for SqlUserStore {
     async fn insert(&self, new: &NewUser) -> Result<(), StoreError> {
         let u = &new.user;
-        let row = users::ActiveModel {
+        let row = entity::ActiveModel {
             id: Set(u.id),
             username: Set(u.username.clone()),
             nickname: Set(u.nickname.clone()),
@@ -89,15 +89,15 @@ impl UserStore for SqlUserStore {
             token_version: Set(u.token_version),
             relation_seq: Set(0),
         };
-        users::Entity::insert(row)
+        entity::Entity::insert(row)
             .exec_without_returning(&self.db)
             .await?;
         Ok(())
     }
 
     async fn by_username(&self, username: &str) -> Result<Option<StoredUser>, StoreError> {
-        let found = users::Entity::find()
-            .filter(users::Column::Username.eq(username))
+        let found = entity::Entity::find()
+            .filter(entity::Column::Username.eq(username))
             .one(&self.db)
             .await?;
         Ok(found.map(to_user).map(|(user, password_hash)| StoredUser {
@@ -110,8 +110,8 @@ impl UserStore for SqlUserStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let found = users::Entity::find()
-            .filter(users::Column::Id.is_in(ids.iter().copied()))
+        let found = entity::Entity::find()
+            .filter(entity::Column::Id.is_in(ids.iter().copied()))
             .all(&self.db)
             .await?;
         Ok(found.into_iter().map(|m| to_user(m).0).collect())
@@ -123,7 +123,7 @@ impl UserStore for SqlUserStore {
         update: &ProfileUpdate,
     ) -> Result<Option<User>, StoreError> {
         let set = |v: &Option<String>| v.clone().map_or(NotSet, Set);
-        let row = users::ActiveModel {
+        let row = entity::ActiveModel {
             id: Set(id),
             nickname: set(&update.nickname),
             avatar_url: set(&update.avatar_url),
@@ -132,9 +132,9 @@ impl UserStore for SqlUserStore {
         };
         let changes = [&update.nickname, &update.avatar_url, &update.extra_json];
         if changes.iter().any(|c| c.is_some()) {
-            users::Entity::update_many()
+            entity::Entity::update_many()
                 .set(row)
-                .filter(users::Column::Id.eq(id))
+                .filter(entity::Column::Id.eq(id))
                 .exec(&self.db)
                 .await?;
         }
@@ -142,13 +142,13 @@ impl UserStore for SqlUserStore {
     }
 
     async fn set_disabled(&self, id: i64, disabled: bool) -> Result<Option<User>, StoreError> {
-        let mut update = users::Entity::update_many()
-            .col_expr(users::Column::Disabled, Expr::value(disabled))
-            .filter(users::Column::Id.eq(id));
+        let mut update = entity::Entity::update_many()
+            .col_expr(entity::Column::Disabled, Expr::value(disabled))
+            .filter(entity::Column::Id.eq(id));
         if disabled {
             update = update.col_expr(
-                users::Column::TokenVersion,
-                Expr::col(users::Column::TokenVersion).add(1),
+                entity::Column::TokenVersion,
+                Expr::col(entity::Column::TokenVersion).add(1),
             );
         }
         update.exec(&self.db).await?;
