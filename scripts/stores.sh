@@ -1,12 +1,13 @@
 # Sourced by scripts/test (and by hand: `source scripts/stores.sh && stores_start`).
 # Installs Redis, PostgreSQL and MariaDB from Debian's packages when missing, starts each on
-# loopback in a temporary directory, exports the IMESH_TEST_* URLs the tests read, and
-# stops them again with stores_stop.
+# loopback in a temporary directory (Redis twice: a single node and a 3-master cluster),
+# exports the IMESH_TEST_* URLs the tests read, and stops them again with stores_stop.
 
 STORES_DIR=""
 REDIS_PORT=${IMESH_TEST_REDIS_PORT:-16379}
 PG_PORT=${IMESH_TEST_PG_PORT:-15432}
 MYSQL_PORT=${IMESH_TEST_MYSQL_PORT:-13306}
+CLUSTER_PORTS=(17001 17002 17003)
 
 stores_install() {
   local missing=()
@@ -51,17 +52,37 @@ stores_start() {
   mariadb --socket="$STORES_DIR/my.sock" -uroot -e \
     "DELETE FROM mysql.global_priv WHERE User=''; FLUSH PRIVILEGES; CREATE USER imesh@'%' IDENTIFIED BY 'imesh'; GRANT ALL ON *.* TO imesh@'%';"
   wait_for 10 Redis redis-cli -p "$REDIS_PORT" ping
+  redis_cluster_start
 
   export IMESH_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
   export IMESH_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
   export IMESH_TEST_MYSQL_URL="mysql://imesh:imesh@127.0.0.1:$MYSQL_PORT/mysql"
+  export IMESH_TEST_REDIS_CLUSTER_URL="redis-cluster://127.0.0.1:${CLUSTER_PORTS[0]}?node=127.0.0.1:${CLUSTER_PORTS[1]}&node=127.0.0.1:${CLUSTER_PORTS[2]}"
   export IMESH_TEST_ALL_BACKENDS=1
-  echo "stores up in $STORES_DIR: redis :$REDIS_PORT, postgres :$PG_PORT, mariadb :$MYSQL_PORT"
+  echo "stores up in $STORES_DIR: redis :$REDIS_PORT, redis cluster :${CLUSTER_PORTS[*]}, postgres :$PG_PORT, mariadb :$MYSQL_PORT"
+}
+
+# Three masters, no replicas, every slot assigned: keys of one user or group must share a
+# slot (hash tags) for the adapters' multi-key commands to work here.
+redis_cluster_start() {
+  local port nodes=()
+  for port in "${CLUSTER_PORTS[@]}"; do
+    mkdir -p "$STORES_DIR/cluster-$port"
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --cluster-enabled yes \
+      --cluster-config-file nodes.conf --dir "$STORES_DIR/cluster-$port" --daemonize yes \
+      --pidfile "$STORES_DIR/cluster-$port/redis.pid" --logfile "$STORES_DIR/cluster-$port/redis.log"
+    nodes+=("127.0.0.1:$port")
+  done
+  for port in "${CLUSTER_PORTS[@]}"; do wait_for 10 "Redis cluster node $port" redis-cli -p "$port" ping; done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
+  wait_for 20 "the Redis cluster" sh -c "redis-cli -p ${CLUSTER_PORTS[0]} cluster info | grep -q cluster_state:ok"
 }
 
 stores_stop() {
   [ -n "$STORES_DIR" ] || return 0
   redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+  local port
+  for port in "${CLUSTER_PORTS[@]}"; do redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; done
   local pgbin; pgbin=$(dirname "$(ls /usr/lib/postgresql/*/bin/pg_ctl | sort -V | tail -1)")
   runuser -u postgres -- "$pgbin/pg_ctl" -D "$STORES_DIR/pg" -m immediate stop >/dev/null 2>&1 || true
   [ -f "$STORES_DIR/my.pid" ] && kill "$(cat "$STORES_DIR/my.pid")" 2>/dev/null || true

@@ -1,6 +1,7 @@
-//! Test support: the real stores a test runs against. SQLite always; PostgreSQL, MySQL and
-//! Redis when `IMESH_TEST_POSTGRES_URL`, `IMESH_TEST_MYSQL_URL` and `IMESH_TEST_REDIS_URL`
-//! are set (scripts/test starts the servers and sets them). With
+//! Test support: the real stores a test runs against. SQLite always; PostgreSQL, MySQL,
+//! Redis and a Redis Cluster when `IMESH_TEST_POSTGRES_URL`, `IMESH_TEST_MYSQL_URL`,
+//! `IMESH_TEST_REDIS_URL` and `IMESH_TEST_REDIS_CLUSTER_URL` are set (scripts/test starts
+//! the servers and sets them). With
 //! `IMESH_TEST_ALL_BACKENDS=1` a missing server is a test failure, not a skip.
 
 use rand::Rng;
@@ -75,10 +76,28 @@ pub async fn fresh_sql(backend: Backend) -> anyhow::Result<SqlConfig> {
 
 /// The test Redis, when one is configured.
 pub fn redis() -> Option<RedisConfig> {
-    env_url("IMESH_TEST_REDIS_URL").map(|url| RedisConfig {
+    env_url("IMESH_TEST_REDIS_URL").map(redis_config)
+}
+
+/// Every test Redis configured: the single node and the 3-master cluster
+/// (`IMESH_TEST_REDIS_CLUSTER_URL`), named for test messages. Redis adapters run their
+/// contract on each, so hash tags are proven to keep multi-key commands in one slot.
+pub fn redis_servers() -> Vec<(&'static str, RedisConfig)> {
+    let mut out = Vec::new();
+    if let Some(config) = redis() {
+        out.push(("redis", config));
+    }
+    if let Some(url) = env_url("IMESH_TEST_REDIS_CLUSTER_URL") {
+        out.push(("redis-cluster", redis_config(url)));
+    }
+    out
+}
+
+fn redis_config(url: String) -> RedisConfig {
+    RedisConfig {
         url: Secret::new(url),
         pool_size: 4,
-    })
+    }
 }
 
 /// A random positive id, so tests sharing one Redis or database never collide.

@@ -13,12 +13,12 @@ async fn caches() -> Vec<(&'static str, Arc<dyn GroupCache>)> {
         "memory",
         Arc::new(memory::MemoryGroupCache::new(Duration::from_secs(60))),
     )];
-    if let Some(config) = testing::redis() {
+    for (name, config) in testing::redis_servers() {
         let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
             .await
             .unwrap();
         out.push((
-            "redis",
+            name,
             Arc::new(redis::RedisGroupCache::new(pool, Duration::from_secs(60))),
         ));
     }
@@ -87,29 +87,28 @@ async fn entries_read_back_until_the_group_is_invalidated() {
 
 #[tokio::test]
 async fn an_invalidation_reaches_every_replica_listening_on_redis() {
-    let Some(config) = testing::redis() else {
-        return;
-    };
-    let url = config.url().unwrap().to_owned();
-    let heard = Arc::new(Mutex::new(Vec::new()));
-    let sink = heard.clone();
-    let task = redis::listen(&url, Arc::new(move |g| sink.lock().push(g)))
-        .await
-        .unwrap();
-    let pool = imesh_kit::redis::connect(&config, &url).await.unwrap();
-    let writer = redis::RedisGroupCache::new(pool, Duration::from_secs(60));
-    let g = testing::random_id();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    // Invalidate until the listener hears it: its subscription may not be active yet.
-    while !heard.lock().contains(&g) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the invalidation never arrived"
-        );
-        writer.invalidate(g).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for (name, config) in testing::redis_servers() {
+        let url = config.url().unwrap().to_owned();
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let sink = heard.clone();
+        let task = redis::listen(&url, Arc::new(move |g| sink.lock().push(g)))
+            .await
+            .unwrap();
+        let pool = imesh_kit::redis::connect(&config, &url).await.unwrap();
+        let writer = redis::RedisGroupCache::new(pool, Duration::from_secs(60));
+        let g = testing::random_id();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        // Invalidate until the listener hears it: its subscription may not be active yet.
+        while !heard.lock().contains(&g) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name}: the invalidation never arrived"
+            );
+            writer.invalidate(g).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        task.abort();
     }
-    task.abort();
 }
 
 #[tokio::test]

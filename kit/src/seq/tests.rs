@@ -15,12 +15,16 @@ async fn ceilings(backend: Backend) -> Arc<SqlCeilings> {
     Arc::new(SqlCeilings::new(db))
 }
 
-async fn redis_counters() -> Option<(RedisCounters, fred::prelude::Pool)> {
-    let config = testing::redis()?;
-    let pool = crate::redis::connect(&config, config.url().unwrap())
-        .await
-        .unwrap();
-    Some((RedisCounters::new(pool.clone()), pool))
+/// Counters on every test Redis (single node and cluster), with their pools.
+async fn redis_counters() -> Vec<(RedisCounters, fred::prelude::Pool)> {
+    let mut out = Vec::new();
+    for (_, config) in testing::redis_servers() {
+        let pool = crate::redis::connect(&config, config.url().unwrap())
+            .await
+            .unwrap();
+        out.push((RedisCounters::new(pool.clone()), pool));
+    }
+    out
 }
 
 /// Values strictly increase, and after the counter is lost they resume above every value
@@ -70,24 +74,23 @@ async fn memory_counters_survive_loss_on_every_sql_backend() {
 
 #[tokio::test]
 async fn redis_counters_survive_a_deleted_key() {
-    let Some((counters, pool)) = redis_counters().await else {
-        return;
-    };
-    survives_counter_loss(
-        Arc::new(counters),
-        ceilings(Backend::Sqlite).await,
-        async |key: &str| {
-            use fred::prelude::KeysInterface;
-            let _: i64 = pool.del(key).await.unwrap();
-        },
-    )
-    .await;
+    for (counters, pool) in redis_counters().await {
+        survives_counter_loss(
+            Arc::new(counters),
+            ceilings(Backend::Sqlite).await,
+            async |key: &str| {
+                use fred::prelude::KeysInterface;
+                let _: i64 = pool.del(key).await.unwrap();
+            },
+        )
+        .await;
+    }
 }
 
 #[tokio::test]
 async fn concurrent_allocations_never_repeat() {
     let mut runs: Vec<Arc<dyn Counters>> = vec![Arc::new(MemoryCounters::default())];
-    if let Some((counters, _)) = redis_counters().await {
+    for (counters, _) in redis_counters().await {
         runs.push(Arc::new(counters));
     }
     for counters in runs {

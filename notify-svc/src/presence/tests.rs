@@ -9,11 +9,11 @@ use super::*;
 async fn adapters() -> Vec<(&'static str, Arc<dyn Presence>)> {
     let mut out: Vec<(&'static str, Arc<dyn Presence>)> =
         vec![("memory", Arc::new(MemoryPresence::default()))];
-    if let Some(config) = testing::redis() {
+    for (name, config) in testing::redis_servers() {
         let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
             .await
             .unwrap();
-        out.push(("redis", Arc::new(RedisPresence::new(pool))));
+        out.push((name, Arc::new(RedisPresence::new(pool))));
     }
     out
 }

@@ -12,12 +12,12 @@ async fn caches() -> Vec<(&'static str, Arc<dyn EdgeCache>)> {
         "memory",
         Arc::new(memory::MemoryEdgeCache::new(Duration::from_secs(60))),
     )];
-    if let Some(config) = testing::redis() {
+    for (name, config) in testing::redis_servers() {
         let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
             .await
             .unwrap();
         out.push((
-            "redis",
+            name,
             Arc::new(redis::RedisEdgeCache::new(pool, Duration::from_secs(60))),
         ));
     }
