@@ -37,6 +37,23 @@ where
     (settings, guard)
 }
 
+/// True when the binary was started as `<service> migrate`: bring the schema up to date
+/// and exit (the Helm chart's migration Job).
+pub fn migrate_only() -> bool {
+    std::env::args().nth(1).as_deref() == Some("migrate")
+}
+
+/// Runs `M`'s migrations on `database`, logs the outcome and closes the connection.
+pub async fn migrate<M: sea_orm_migration::MigratorTrait>(
+    service: &str,
+    database: &crate::config::SqlConfig,
+) -> anyhow::Result<()> {
+    let db = crate::sql::connect_and_migrate::<M>(database).await?;
+    db.close().await?;
+    tracing::info!(service, "schema is up to date");
+    Ok(())
+}
+
 fn config_file() -> Option<PathBuf> {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
