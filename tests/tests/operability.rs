@@ -60,3 +60,67 @@ async fn every_service_is_serving_and_lists_its_own_api_by_reflection() {
         );
     }
 }
+
+/// The grpcurl operators use (`IMESH_TEST_GRPCURL`, installed by scripts/test): a real
+/// reflection v1alpha client, so `list`, `describe` and calls with the internal credential
+/// must work against the running services.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcurl_lists_describes_and_calls_with_the_internal_credential() {
+    let grpcurl = match std::env::var("IMESH_TEST_GRPCURL") {
+        Ok(path) if !path.is_empty() => path,
+        _ => {
+            assert!(
+                std::env::var("IMESH_TEST_ALL_BACKENDS").as_deref() != Ok("1"),
+                "IMESH_TEST_GRPCURL is not set"
+            );
+            return;
+        }
+    };
+    let env = TestCluster::start(Stores::Embedded).await;
+    let relation = env.cluster.addrs.relation.to_string();
+    let run = |args: Vec<String>| {
+        let output = std::process::Command::new(&grpcurl)
+            .args(&args)
+            .output()
+            .expect("grpcurl runs");
+        assert!(
+            output.status.success(),
+            "grpcurl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let plain = |rest: &[&str]| {
+        let mut args = vec!["-plaintext".to_owned()];
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args
+    };
+    let listed = tokio::task::block_in_place(|| run(plain(&[&relation, "list"])));
+    assert!(
+        listed.contains("imesh.relation.v1.RelationService"),
+        "{listed}"
+    );
+    let described = tokio::task::block_in_place(|| {
+        run(plain(&[
+            &relation,
+            "describe",
+            "imesh.relation.v1.RelationService",
+        ]))
+    });
+    assert!(described.contains("rpc CheckRelations"), "{described}");
+    let health =
+        tokio::task::block_in_place(|| run(plain(&[&relation, "grpc.health.v1.Health/Check"])));
+    assert!(health.contains("SERVING"), "{health}");
+    let header = format!("x-imesh-internal: {}", imesh_tests::INTERNAL_SECRET);
+    let body = r#"{"username":"grace","nickname":"Grace"}"#;
+    let call = plain(&[
+        "-H",
+        &header,
+        "-d",
+        body,
+        &relation,
+        "imesh.relation.v1.RelationService/CreateUser",
+    ]);
+    let created = tokio::task::block_in_place(|| run(call));
+    assert!(created.contains("\"username\": \"grace\""), "{created}");
+}
