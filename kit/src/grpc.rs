@@ -3,7 +3,8 @@
 //! [`Server`] adds `grpc.health.v1` (SERVING once listening, NOT_SERVING while a readiness
 //! probe fails and from the first moment of shutdown), reflection (v1 and v1alpha, so
 //! grpcurl of any age works), a request span, a per-request timeout and a global
-//! concurrency limit. Shutdown runs in a fixed order: health NOT_SERVING → stop accepting →
+//! concurrency limit, Prometheus metrics per RPC (scraped at `/metrics` on the same port).
+//! Shutdown runs in a fixed order: health NOT_SERVING → stop accepting →
 //! drain in-flight requests within the grace period → return (the caller closes pools).
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, time::Duration};
@@ -100,15 +101,23 @@ impl Server {
             .readiness
             .map(|probe| tokio::spawn(watch_readiness(probe, health.clone(), self.names.clone())));
 
+        let metrics = crate::metrics::Metrics::new(self.names.first().copied().unwrap_or("grpc"));
+        let scrape = metrics.clone();
+        let router = routes.routes().into_axum_router().route(
+            "/metrics",
+            axum::routing::get(move || async move { scrape.render() }),
+        );
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tonic::transport::Server::builder()
+            .accept_http1(true)
             .timeout(self.config.timeout())
             .tcp_nodelay(true)
             .trace_fn(crate::telemetry::request_span)
             .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
                 self.config.concurrency_limit,
             ))
-            .add_routes(routes.routes())
+            .layer(crate::metrics::MetricsLayer(metrics))
+            .add_routes(Routes::from(router))
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                 let _ = stop_rx.await;
             });

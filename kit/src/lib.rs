@@ -19,6 +19,7 @@ pub mod error;
 pub mod grpc;
 pub mod identity;
 pub mod ids;
+pub mod metrics;
 pub mod outbox;
 pub mod redis;
 pub mod seq;

@@ -124,3 +124,74 @@ async fn grpcurl_lists_describes_and_calls_with_the_internal_credential() {
     let created = tokio::task::block_in_place(|| run(call));
     assert!(created.contains("\"username\": \"grace\""), "{created}");
 }
+
+/// Prometheus scrapes `/metrics` over HTTP/1.1 on each service's gRPC port.
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: imesh\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+#[tokio::test]
+async fn every_service_counts_its_calls_by_method_and_code_for_prometheus() {
+    use imesh_kit::identity::Actor;
+    use imesh_protos::relation::LoginRequest;
+    let env = TestCluster::start(Stores::Embedded).await;
+    env.user("heidi").await;
+    let wrong = LoginRequest {
+        username: "heidi".into(),
+        password: "wrong password".into(),
+    };
+    let refused = env
+        .relation()
+        .login(env.caller.request(Actor::System, wrong))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    let text = scrape(env.cluster.addrs.relation).await;
+    let login = "method=\"/imesh.relation.v1.RelationService/Login\"";
+    let count = |code: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("imesh_grpc_requests_total{")
+                    && l.contains(login)
+                    && l.contains(&format!("code=\"{code}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|v| v.to_owned())
+    };
+    assert_eq!(count("Ok").as_deref(), Some("1"), "{text}");
+    assert_eq!(count("Unauthenticated").as_deref(), Some("1"), "{text}");
+    assert!(
+        text.contains("imesh_grpc_request_duration_seconds_bucket{"),
+        "{text}"
+    );
+    assert!(
+        text.contains("service=\"imesh.relation.v1.RelationService\""),
+        "{text}"
+    );
+    for addr in [
+        env.cluster.addrs.group,
+        env.cluster.addrs.message,
+        env.cluster.addrs.sync,
+        env.cluster.addrs.notify,
+    ] {
+        let health = HealthCheckRequest {
+            service: String::new(),
+        };
+        HealthClient::new(env.channel(addr))
+            .check(health)
+            .await
+            .unwrap();
+        let text = scrape(addr).await;
+        let counted = "method=\"/grpc.health.v1.Health/Check\",code=\"Ok\"} 1";
+        assert!(text.contains(counted), "{addr}: {text}");
+    }
+}
