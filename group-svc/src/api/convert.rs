@@ -119,7 +119,7 @@ pub fn group_reply(group: Group) -> pb::GroupReply {
 pub fn status(err: Error) -> Status {
     match err {
         Error::Invalid { field, reason } => error::invalid(field, reason),
-        Error::NotFound => Status::not_found(err.to_string()),
+        Error::NotFound | Error::NeverMember => Status::not_found(err.to_string()),
         Error::NotMember(_) | Error::Forbidden(_) => Status::permission_denied(err.to_string()),
         Error::Precondition(_) => Status::failed_precondition(err.to_string()),
         Error::Seq(ref e) => {

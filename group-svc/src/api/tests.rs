@@ -349,9 +349,12 @@ async fn join_modes_and_reviews_work_through_the_api_and_super_groups_hide_their
         .group
         .unwrap();
     assert_eq!(big.max_member, 100_000);
+    // Duplicates count once.
+    let mut user_ids: Vec<i64> = (2..=301).collect();
+    user_ids.extend([2, 3]);
     let import = pb::ImportMembersRequest {
         group_id: big.group_id,
-        user_ids: (2..=301).collect(),
+        user_ids,
     };
     assert_eq!(
         api.import_members(call(Actor::System, import))
@@ -381,4 +384,80 @@ async fn join_modes_and_reviews_work_through_the_api_and_super_groups_hide_their
     };
     let first = api.list_members(user(5, page)).await.unwrap().into_inner();
     assert_eq!((first.members.len(), first.next_cursor), (100, 100));
+}
+
+#[tokio::test]
+async fn imports_are_bounded_by_the_member_limit_and_memberships_of_strangers_are_not_found() {
+    let api = api().await;
+    let create = pb::CreateGroupRequest {
+        name: "small".into(),
+        max_member: 3,
+        ..Default::default()
+    };
+    let g = api
+        .create_group(user(1, create))
+        .await
+        .unwrap()
+        .into_inner()
+        .group
+        .unwrap()
+        .group_id;
+    let over = pb::ImportMembersRequest {
+        group_id: g,
+        user_ids: vec![2, 3, 4],
+    };
+    assert_eq!(
+        api.import_members(call(Actor::System, over))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::FailedPrecondition
+    );
+    assert_eq!(member_ids(&api, g).await, vec![1], "nothing was added");
+    let bad = pb::ImportMembersRequest {
+        group_id: g,
+        user_ids: vec![0],
+    };
+    assert_eq!(
+        api.import_members(call(Actor::System, bad))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
+    );
+    let fits = pb::ImportMembersRequest {
+        group_id: g,
+        user_ids: vec![2, 3, 2],
+    };
+    assert_eq!(
+        api.import_members(call(Actor::System, fits))
+            .await
+            .unwrap()
+            .into_inner()
+            .added,
+        2
+    );
+    let stranger = pb::MembershipRequest {
+        group_id: g,
+        user_id: 9,
+    };
+    assert_eq!(
+        api.membership(call(Actor::System, stranger))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::NotFound
+    );
+    let owner = pb::MembershipRequest {
+        group_id: g,
+        user_id: 1,
+    };
+    assert_eq!(
+        api.membership(call(Actor::System, owner))
+            .await
+            .unwrap()
+            .into_inner()
+            .role(),
+        pb::Role::Owner
+    );
 }

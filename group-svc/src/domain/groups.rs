@@ -383,7 +383,7 @@ impl Groups {
     /// Internal: `user`'s row in the group whatever its status.
     pub async fn membership(&self, group_id: i64, user: i64) -> Result<Member, Error> {
         let row = self.store.members(group_id, &[user]).await?.pop();
-        row.ok_or(Error::NotMember("user_id: never a member of this group"))
+        row.ok_or(Error::NeverMember)
     }
 
     pub async fn member_ids(&self, group_id: i64) -> Result<(Vec<i64>, i64), Error> {
@@ -398,15 +398,23 @@ impl Groups {
 
     /// Bulk adds (imports, load tests): no events, no invitation rules.
     pub async fn import(&self, group_id: i64, users: &[i64]) -> Result<u32, Error> {
-        if users.len() > 10_000 || users.iter().any(|u| *u <= 0) {
-            return Err(invalid(
-                "user_ids",
-                "must be at most 10,000 user ids per call",
-            ));
+        if users.len() > 10_000 {
+            return Err(invalid("user_ids", "at most 10,000 per call"));
         }
+        if users.iter().any(|u| *u <= 0) {
+            return Err(invalid("user_ids", "must be user ids"));
+        }
+        let mut unique = users.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
         let now = self.now(group_id).await?;
-        let added = match self.store.import(group_id, users, now.seq, now.ms).await {
+        let added = match self.store.import(group_id, &unique, now.seq, now.ms).await {
             Err(StoreError::NotFound) => return Err(Error::NotFound),
+            Err(StoreError::Conflict(_)) => {
+                return Err(Error::Precondition(
+                    "user_ids: the group would exceed its member limit",
+                ));
+            }
             other => other?,
         };
         self.gate.forget(group_id).await;

@@ -159,6 +159,8 @@ pub enum Error {
     NotFound,
     #[error("{0}")]
     NotMember(&'static str),
+    #[error("user_id: never a member of this group")]
+    NeverMember,
     #[error("{0}")]
     Forbidden(&'static str),
     #[error("{0}")]

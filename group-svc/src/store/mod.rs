@@ -55,7 +55,8 @@ pub trait GroupStore: Send + Sync + 'static {
         plan: Plan<'_>,
     ) -> Result<(Group, Vec<Member>), Error>;
     /// Adds current members in bulk (new map ids, no events), skipping existing members;
-    /// returns how many were added.
+    /// returns how many were added. `users` MUST hold no duplicates. MUST fail with
+    /// `Conflict`, adding nothing, when the group would exceed its `max_member`.
     async fn import(
         &self,
         group_id: i64,

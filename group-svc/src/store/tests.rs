@@ -68,7 +68,7 @@ async fn group(s: &Stores, id: i64) -> Group {
         name: "team".into(),
         owner_id: 1,
         member_count: 3,
-        max_member: 500,
+        max_member: 2_000,
         join_mode: JoinMode::Invite,
         version: 1,
         next_map_id: 3,
@@ -281,6 +281,32 @@ async fn a_bulk_import_adds_members_with_dense_map_ids_and_skips_existing_ones()
                 .collect::<Vec<_>>(),
             vec![(1_200, 1_201)],
             "{b:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_import_past_the_member_limit_adds_nobody() {
+    for s in stores().await {
+        group(&s, 10).await;
+        let users: Vec<i64> = (4..=2_001).collect();
+        let err = s.store.import(10, &users, 0, 1).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::Conflict(_)),
+            "{:?}: {err:?}",
+            s.backend
+        );
+        assert_eq!(
+            s.store.group(10).await.unwrap().unwrap().member_count,
+            3,
+            "{:?}",
+            s.backend
+        );
+        assert_eq!(
+            s.store.import(10, &users[..1_997], 0, 1).await.unwrap(),
+            1_997,
+            "{:?}: up to the limit",
+            s.backend
         );
     }
 }

@@ -269,6 +269,9 @@ impl GroupStore for SqlGroupStore {
                 }
             })
             .collect();
+        if group.member_count as usize + fresh.len() > group.max_member as usize {
+            return Err(StoreError::Conflict("the group's member limit".into()));
+        }
         for chunk in fresh.chunks(IMPORT_CHUNK) {
             members::Entity::insert_many(chunk.iter().map(member_row))
                 .exec_without_returning(&tx)
