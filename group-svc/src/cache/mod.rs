@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use imesh_kit::error::StoreError;
 
-use crate::domain::{GroupStatus, GroupType, MemberStatus, Role};
+pub use crate::domain::{GateGroup, GateMember};
 
 pub mod keys;
 pub mod memory;
@@ -15,27 +15,6 @@ pub mod redis;
 
 /// How many recently active members a group keeps.
 pub const ACTIVE_KEPT: usize = 200;
-
-/// What the gate needs of a group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GateGroup {
-    pub kind: GroupType,
-    pub status: GroupStatus,
-    pub mute_all: bool,
-    pub version: i64,
-    pub member_count: u32,
-}
-
-/// What the gate needs of a member row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GateMember {
-    pub role: Role,
-    pub map_id: u32,
-    pub mute_until_ms: i64,
-    pub join_seq: i64,
-    pub status: MemberStatus,
-    pub extra_permissions: u32,
-}
 
 #[async_trait]
 pub trait GroupCache: Send + Sync + 'static {

@@ -7,6 +7,7 @@ use imesh_kit::testing;
 use parking_lot::Mutex;
 
 use super::*;
+use crate::domain::{GroupStatus, GroupType, MemberStatus, Role};
 
 async fn caches() -> Vec<(&'static str, Arc<dyn GroupCache>)> {
     let mut out: Vec<(&'static str, Arc<dyn GroupCache>)> = vec![(

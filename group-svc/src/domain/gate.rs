@@ -12,11 +12,8 @@ use std::{
 
 use parking_lot::Mutex;
 
-use super::{Error, Group, Member, Role, rules};
-use crate::{
-    cache::{GateGroup, GateMember, GroupCache},
-    store::GroupStore,
-};
+use super::{Error, GateGroup, GateMember, Role, rules};
+use crate::{cache::GroupCache, store::GroupStore};
 
 /// What the gate answers for an allowed send: the decision as of now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,22 +61,7 @@ impl Gate {
             Some(hit) => hit,
             None => self.load(group_id, user).await?,
         };
-        let full_group = Group {
-            id: group_id,
-            kind: group.kind,
-            status: group.status,
-            mute_all: group.mute_all,
-            version: group.version,
-            member_count: group.member_count,
-            ..Default::default()
-        };
-        let full_member = member.map(|m| member_of(group_id, user, m));
-        rules::check_send(
-            &full_group,
-            full_member.as_ref(),
-            needs,
-            imesh_kit::ids::unix_ms(),
-        )?;
+        rules::check_send(&group, member.as_ref(), needs, imesh_kit::ids::unix_ms())?;
         let member = member.expect("check_send passed: a member");
         if group.kind == super::GroupType::Super
             && let Err(e) = self
@@ -149,13 +131,7 @@ impl Gate {
             Some(group) => group,
             None => {
                 let group = self.store.group(group_id).await?.ok_or(Error::NotFound)?;
-                let gate = GateGroup {
-                    kind: group.kind,
-                    status: group.status,
-                    mute_all: group.mute_all,
-                    version: group.version,
-                    member_count: group.member_count,
-                };
+                let gate = GateGroup::from(&group);
                 let _ = self.shared.put_group(group_id, gate).await;
                 gate
             }
@@ -168,7 +144,7 @@ impl Gate {
                     .members(group_id, &[user])
                     .await?
                     .pop()
-                    .map(|m| gate_member(&m));
+                    .map(|m| GateMember::from(&m));
                 let _ = self.shared.put_member(group_id, user, row).await;
                 row
             }
@@ -192,32 +168,5 @@ impl Gate {
             *entry = fresh();
         }
         entry.members.insert(user, member);
-    }
-}
-
-pub fn gate_member(m: &Member) -> GateMember {
-    GateMember {
-        role: m.role,
-        map_id: m.map_id,
-        mute_until_ms: m.mute_until_ms,
-        join_seq: m.join_seq,
-        status: m.status,
-        extra_permissions: m.extra_permissions,
-    }
-}
-
-fn member_of(group_id: i64, user_id: i64, m: GateMember) -> Member {
-    Member {
-        group_id,
-        user_id,
-        role: m.role,
-        map_id: m.map_id,
-        alias: String::new(),
-        mute_until_ms: m.mute_until_ms,
-        join_seq: m.join_seq,
-        leave_seq: 0,
-        joined_at_ms: 0,
-        status: m.status,
-        extra_permissions: m.extra_permissions,
     }
 }

@@ -122,9 +122,70 @@ impl Member {
     }
 
     pub fn permissions(&self) -> u32 {
+        GateMember::from(self).permissions()
+    }
+
+    pub fn can(&self, bits: u32) -> bool {
+        GateMember::from(self).can(bits)
+    }
+}
+
+/// What the gate needs of a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateGroup {
+    pub kind: GroupType,
+    pub status: GroupStatus,
+    pub mute_all: bool,
+    pub version: i64,
+    pub member_count: u32,
+}
+
+/// What the gate needs of a member row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateMember {
+    pub role: Role,
+    pub map_id: u32,
+    pub mute_until_ms: i64,
+    pub join_seq: i64,
+    pub status: MemberStatus,
+    pub extra_permissions: u32,
+}
+
+impl From<&Group> for GateGroup {
+    fn from(g: &Group) -> Self {
+        Self {
+            kind: g.kind,
+            status: g.status,
+            mute_all: g.mute_all,
+            version: g.version,
+            member_count: g.member_count,
+        }
+    }
+}
+
+impl From<&Member> for GateMember {
+    fn from(m: &Member) -> Self {
+        Self {
+            role: m.role,
+            map_id: m.map_id,
+            mute_until_ms: m.mute_until_ms,
+            join_seq: m.join_seq,
+            status: m.status,
+            extra_permissions: m.extra_permissions,
+        }
+    }
+}
+
+impl GateMember {
+    pub fn is_current(&self) -> bool {
+        self.status == MemberStatus::Normal
+    }
+
+    pub fn permissions(&self) -> u32 {
         self.role.permissions() | self.extra_permissions
     }
 
+    /// A current member holding every one of `bits`.
     pub fn can(&self, bits: u32) -> bool {
         self.is_current() && self.permissions() & bits == bits
     }

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use super::{
-    Error, Group, GroupStatus, JoinMode, JoinRequest, Member, MemberStatus, Role, invalid, perm,
+    Error, GateGroup, GateMember, Group, GroupStatus, JoinMode, JoinRequest, Member, MemberStatus,
+    Role, invalid, perm,
 };
 
 /// A group as the store read it for one change: the group, the acting member (if they ever
@@ -54,7 +55,11 @@ pub struct Now {
 
 /// The group accepts changes and messages: not dismissed, not banned.
 pub fn alive(group: &Group) -> Result<(), Error> {
-    match group.status {
+    alive_status(group.status)
+}
+
+fn alive_status(status: GroupStatus) -> Result<(), Error> {
+    match status {
         GroupStatus::Normal => Ok(()),
         GroupStatus::Dismissed => Err(Error::Precondition("group_id: the group was dismissed")),
         GroupStatus::Banned => Err(Error::Forbidden("group_id: the group is banned")),
@@ -389,12 +394,12 @@ pub fn set_alias(state: &GroupState, alias: &str) -> Result<GroupChange, Error> 
 /// The send gate in the seed's fixed order: group alive → member → mute-all (owner and
 /// admins exempt) → personal mute (nobody exempt) → the needed bits.
 pub fn check_send(
-    group: &Group,
-    member: Option<&Member>,
+    group: &GateGroup,
+    member: Option<&GateMember>,
     needs: u32,
     now_ms: i64,
 ) -> Result<(), Error> {
-    alive(group)?;
+    alive_status(group.status)?;
     let member = member.filter(|m| m.is_current());
     let member = member.ok_or(Error::NotMember(
         "group_id: you are not a member of this group",

@@ -10,7 +10,9 @@ use crate::store::MessageStore;
 
 mod types;
 
-pub use types::{Content, ConversationId, Message, Sent, Target, direct_conversation};
+pub use types::{
+    Content, Conversation, ConversationId, Message, Sent, Target, direct_conversation,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -248,7 +250,7 @@ impl Messages {
                     .await
                     .map_err(Error::Directory)?
                     .map_err(|(why, message)| Error::GroupRefused(why, message))?;
-                Ok((format!("g:{group}"), recipients))
+                Ok((Conversation::Group(group).id(), recipients))
             }
         }
     }
@@ -263,7 +265,8 @@ impl Messages {
         conversation_id: &str,
         seq: i64,
     ) -> Result<Message, Error> {
-        let (after, until) = self.visible(user, conversation_id).await?;
+        let conversation = Conversation::parse(conversation_id)?;
+        let (after, until) = self.visible(user, conversation).await?;
         let found = self.store.message(conversation_id, seq).await?;
         let message = found
             .filter(|m| m.seq > after && until.is_none_or(|u| m.seq <= u))
@@ -272,20 +275,17 @@ impl Messages {
             return Ok(message);
         }
         let now = imesh_kit::ids::unix_ms();
-        let group = conversation_id
-            .strip_prefix("g:")
-            .and_then(|g| g.parse::<i64>().ok());
         let own_in_time = message.sender_id == user
             && now - message.server_time_ms <= self.limits.recall_window_ms;
         if !own_in_time {
-            let moderator = match group {
-                Some(g) => self
+            let moderator = match conversation {
+                Conversation::Group(g) => self
                     .peers
                     .groups
                     .may_recall_others(g, user)
                     .await
                     .map_err(Error::Directory)?,
-                None => false,
+                Conversation::Direct(..) => false,
             };
             if !moderator {
                 return Err(Error::RecallRefused(if message.sender_id == user {
@@ -295,18 +295,14 @@ impl Messages {
                 }));
             }
         }
-        let recipients = match group {
-            Some(g) => self
+        let recipients = match conversation {
+            Conversation::Group(g) => self
                 .peers
                 .groups
                 .member_ids(g)
                 .await
                 .map_err(Error::Directory)?,
-            None => conversation_id
-                .split(':')
-                .skip(1)
-                .filter_map(|p| p.parse().ok())
-                .collect(),
+            Conversation::Direct(a, b) => vec![a, b],
         };
         let recalled = Message {
             content: Content::Text(String::new()),
@@ -345,7 +341,9 @@ impl Messages {
     ) -> Result<(Vec<Message>, bool), Error> {
         let limit = imesh_kit::page_limit(limit, 50, MAX_HISTORY_PAGE)
             .map_err(|reason| invalid("limit", reason))?;
-        let (after, until) = self.visible(user, conversation_id).await?;
+        let (after, until) = self
+            .visible(user, Conversation::parse(conversation_id)?)
+            .await?;
         let before = if before_seq > 0 {
             before_seq - 1
         } else {
@@ -362,23 +360,15 @@ impl Messages {
     }
 
     /// The seq range `(after, until]` of a conversation `user` may read.
-    async fn visible(&self, user: i64, conversation_id: &str) -> Result<(i64, Option<i64>), Error> {
-        if let Some(rest) = conversation_id.strip_prefix("d:") {
-            let ends: Vec<i64> = rest.split(':').filter_map(|p| p.parse().ok()).collect();
-            return match ends.as_slice() {
-                [a, b] if a < b && (user == *a || user == *b) => Ok((0, None)),
-                [a, b] if a < b => Err(Error::NotParticipant),
-                _ => Err(invalid("conversation_id", "not a conversation id")),
-            };
-        }
-        let Some(group) = conversation_id
-            .strip_prefix("g:")
-            .and_then(|g| g.parse::<i64>().ok())
-        else {
-            return Err(invalid(
-                "conversation_id",
-                "must be d:<user>:<user> or g:<group>",
-            ));
+    async fn visible(
+        &self,
+        user: i64,
+        conversation: Conversation,
+    ) -> Result<(i64, Option<i64>), Error> {
+        let group = match conversation {
+            Conversation::Direct(a, b) if user == a || user == b => return Ok((0, None)),
+            Conversation::Direct(..) => return Err(Error::NotParticipant),
+            Conversation::Group(group) => group,
         };
         match self
             .peers

@@ -7,8 +7,43 @@ pub type ConversationId = String;
 
 /// The one conversation between two users, whichever of them writes.
 pub fn direct_conversation(a: i64, b: i64) -> ConversationId {
-    let (lo, hi) = if a < b { (a, b) } else { (b, a) };
-    format!("d:{lo}:{hi}")
+    Conversation::Direct(a.min(b), a.max(b)).id()
+}
+
+/// A conversation id taken apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conversation {
+    /// Between two users, the lower id first.
+    Direct(i64, i64),
+    Group(i64),
+}
+
+impl Conversation {
+    pub fn parse(raw: &str) -> Result<Self, Error> {
+        let ids =
+            |rest: &str| -> Vec<i64> { rest.split(':').map(|p| p.parse().unwrap_or(0)).collect() };
+        let parsed = match raw.split_once(':') {
+            Some(("d", rest)) => match ids(rest).as_slice() {
+                &[a, b] if 0 < a && a < b => Some(Self::Direct(a, b)),
+                _ => None,
+            },
+            Some(("g", rest)) => rest.parse().ok().filter(|g| *g > 0).map(Self::Group),
+            _ => None,
+        };
+        parsed.ok_or_else(|| {
+            invalid(
+                "conversation_id",
+                "must be d:<user>:<user> (lower id first) or g:<group>",
+            )
+        })
+    }
+
+    pub fn id(self) -> ConversationId {
+        match self {
+            Self::Direct(a, b) => format!("d:{a}:{b}"),
+            Self::Group(g) => format!("g:{g}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -54,6 +54,16 @@ fn state(actor: i64, mode: JoinMode) -> GroupState {
     }
 }
 
+/// The send gate on a group and member as the store holds them.
+fn send(group: &Group, member: Option<&Member>, needs: u32) -> Result<(), Error> {
+    check_send(
+        &GateGroup::from(group),
+        member.map(GateMember::from).as_ref(),
+        needs,
+        NOW.ms,
+    )
+}
+
 fn refused<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
     match result {
         Err(Error::Forbidden(m) | Error::NotMember(m) | Error::Precondition(m)) => m.to_owned(),
@@ -65,29 +75,27 @@ fn refused<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
 fn the_send_gate_checks_in_the_seeds_order() {
     let s = state(3, JoinMode::Invite);
     let g = &s.group;
-    assert!(check_send(g, s.targets.get(&3), 0, NOW.ms).is_ok());
+    assert!(send(g, s.targets.get(&3), 0).is_ok());
     let dismissed = Group {
         status: GroupStatus::Dismissed,
         mute_all: true,
         ..g.clone()
     };
     assert!(
-        refused(check_send(&dismissed, s.targets.get(&3), 0, NOW.ms)).contains("dismissed"),
+        refused(send(&dismissed, s.targets.get(&3), 0)).contains("dismissed"),
         "alive first"
     );
     assert!(
-        refused(check_send(g, s.targets.get(&5), 0, NOW.ms)).contains("not a member"),
+        refused(send(g, s.targets.get(&5), 0)).contains("not a member"),
         "kicked is no member"
     );
     let muted_all = Group {
         mute_all: true,
         ..g.clone()
     };
+    assert!(refused(send(&muted_all, s.targets.get(&3), 0)).contains("everyone is muted"));
     assert!(
-        refused(check_send(&muted_all, s.targets.get(&3), 0, NOW.ms)).contains("everyone is muted")
-    );
-    assert!(
-        check_send(&muted_all, s.targets.get(&2), 0, NOW.ms).is_ok(),
+        send(&muted_all, s.targets.get(&2), 0).is_ok(),
         "admins speak under mute-all"
     );
     let muted_admin = Member {
@@ -95,22 +103,22 @@ fn the_send_gate_checks_in_the_seeds_order() {
         ..member(2, Role::Admin)
     };
     assert!(
-        refused(check_send(g, Some(&muted_admin), 0, NOW.ms)).contains("you are muted"),
+        refused(send(g, Some(&muted_admin), 0)).contains("you are muted"),
         "nobody is exempt"
     );
     let expired = Member {
         mute_until_ms: NOW.ms - 1,
         ..member(3, Role::Member)
     };
-    assert!(check_send(g, Some(&expired), 0, NOW.ms).is_ok());
-    assert!(refused(check_send(g, s.targets.get(&3), perm::AT_ALL, NOW.ms)).contains("permission"));
-    assert!(check_send(g, s.targets.get(&2), perm::AT_ALL, NOW.ms).is_ok());
+    assert!(send(g, Some(&expired), 0).is_ok());
+    assert!(refused(send(g, s.targets.get(&3), perm::AT_ALL)).contains("permission"));
+    assert!(send(g, s.targets.get(&2), perm::AT_ALL).is_ok());
     let granted = Member {
         extra_permissions: perm::AT_ALL,
         ..member(3, Role::Member)
     };
     assert!(
-        check_send(g, Some(&granted), perm::AT_ALL, NOW.ms).is_ok(),
+        send(g, Some(&granted), perm::AT_ALL).is_ok(),
         "extra bits count"
     );
 }

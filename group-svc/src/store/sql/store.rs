@@ -12,7 +12,7 @@ use imesh_kit::{
 };
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
     sea_query::{Expr, ExprTrait, OnConflict},
 };
 use sea_orm_migration::prelude::{Alias, Query};
@@ -209,7 +209,7 @@ impl GroupStore for SqlGroupStore {
             let members = rows_of(&self.db, group_id, users).await?;
             return Ok((state.group_before_lock(), members));
         }
-        let group = apply(&tx, &change).await?;
+        let group = apply(&tx, &state, &change).await?;
         let mut recipients = match group.kind {
             GroupType::Normal => current_ids(&tx, group_id).await.map_err(StoreError::from)?,
             GroupType::Super => vec![actor],
@@ -277,7 +277,7 @@ impl GroupStore for SqlGroupStore {
                 .exec_without_returning(&tx)
                 .await?;
         }
-        let count = current_members(group_id).count(&tx).await?;
+        let count = group.member_count + added;
         groups::Entity::update_many()
             .col_expr(
                 groups::Column::NextMapId,
@@ -398,11 +398,16 @@ fn is_noop(state: &GroupState, change: &GroupChange) -> bool {
         && change.drop_requests.is_empty()
 }
 
-/// Writes a change's rows and returns the group as stored (version bumped by the lock,
-/// member count recounted).
-async fn apply(tx: &DatabaseTransaction, change: &GroupChange) -> Result<Group, StoreError> {
+/// Writes a change's rows, one multi-row statement per table, and returns the group as
+/// stored: version bumped by the lock, member count moved by the memberships the change
+/// started or ended.
+async fn apply(
+    tx: &DatabaseTransaction,
+    state: &GroupState,
+    change: &GroupChange,
+) -> Result<Group, StoreError> {
     use members::Column as M;
-    for member in &change.members {
+    if !change.members.is_empty() {
         let upsert = OnConflict::columns([M::GroupId, M::UserId])
             .update_columns([
                 M::Role,
@@ -416,12 +421,12 @@ async fn apply(tx: &DatabaseTransaction, change: &GroupChange) -> Result<Group, 
                 M::ExtraPermissions,
             ])
             .to_owned();
-        members::Entity::insert(member_row(member))
+        members::Entity::insert_many(change.members.iter().map(member_row))
             .on_conflict(upsert)
             .exec_without_returning(tx)
             .await?;
     }
-    for request in &change.put_requests {
+    if !change.put_requests.is_empty() {
         let upsert = OnConflict::columns([requests::Column::GroupId, requests::Column::UserId])
             .update_columns([
                 requests::Column::Message,
@@ -429,7 +434,7 @@ async fn apply(tx: &DatabaseTransaction, change: &GroupChange) -> Result<Group, 
                 requests::Column::CreatedAtMs,
             ])
             .to_owned();
-        requests::Entity::insert(request_row(request))
+        requests::Entity::insert_many(change.put_requests.iter().map(request_row))
             .on_conflict(upsert)
             .exec_without_returning(tx)
             .await?;
@@ -441,9 +446,25 @@ async fn apply(tx: &DatabaseTransaction, change: &GroupChange) -> Result<Group, 
             .exec(tx)
             .await?;
     }
-    let count = current_members(change.group.id).count(tx).await? as u32;
+    let was_current = |user: i64| {
+        let before = match &state.actor {
+            Some(actor) if actor.user_id == user => Some(actor),
+            _ => state.targets.get(&user),
+        };
+        before.is_some_and(Member::is_current)
+    };
+    let joined = change
+        .members
+        .iter()
+        .filter(|m| m.is_current() && !was_current(m.user_id))
+        .count();
+    let left = change
+        .members
+        .iter()
+        .filter(|m| !m.is_current() && was_current(m.user_id))
+        .count();
     let group = Group {
-        member_count: count,
+        member_count: (state.group.member_count as usize + joined - left) as u32,
         ..change.group.clone()
     };
     groups::Entity::update(group_row(&group)).exec(tx).await?;
