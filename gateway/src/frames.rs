@@ -77,8 +77,7 @@ mod tests {
                 kind: Some(content::Kind::Text(Text { text: "hi".into() })),
             }),
             server_time_ms: 1_700_000_000_000,
-            recalled_by: 0,
-            recalled_at_ms: 0,
+            ..Message::default()
         };
         let event = SyncEvent {
             kind: Some(sync_event::Kind::Message(message)),

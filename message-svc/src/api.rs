@@ -2,11 +2,28 @@
 
 use std::sync::Arc;
 
-use imesh_kit::{error, identity};
+use imesh_kit::{
+    error,
+    identity::{self, Actor},
+};
 use imesh_protos::message::{self as pb, message_service_server::MessageService};
 use tonic::{Request, Response, Status};
 
-use crate::domain::{Content, Error, GroupRefusal, Messages, SendCommand, Sent, Target};
+use crate::{
+    domain::{
+        Error, GroupRefusal, Mentions, Messages, NoticeCommand, NoticeOutcome, SendCommand, Sender,
+        Sent, Target,
+    },
+    events::content_from_proto,
+};
+
+/// Who calls: a user, or the system actor (internal callers and operators).
+fn sender<T>(request: &Request<T>) -> Result<Sender, Status> {
+    Ok(match identity::actor(request)? {
+        Actor::User(id) => Sender::User(id),
+        Actor::System => Sender::System,
+    })
+}
 
 pub struct MessageApi {
     messages: Arc<Messages>,
@@ -24,26 +41,55 @@ impl MessageService for MessageApi {
         &self,
         request: Request<pb::SendRequest>,
     ) -> Result<Response<pb::SendResponse>, Status> {
-        let sender = identity::actor(&request)?.user()?;
+        let sender = sender(&request)?;
         let pb::SendRequest {
             client_msg_id,
             to,
             content,
+            mentioned_user_ids,
+            mention_all,
         } = request.into_inner();
         let command = SendCommand {
             client_msg_id,
             to: to.map(target_from_proto),
             content: content.and_then(|c| c.kind).map(content_from_proto),
+            mentions: Mentions {
+                users: mentioned_user_ids,
+                all: mention_all,
+            },
         };
         let sent = self.messages.send(sender, command).await.map_err(status)?;
         Ok(Response::new(sent_to_proto(sent)))
+    }
+
+    async fn send_notice(
+        &self,
+        request: Request<pb::SendNoticeRequest>,
+    ) -> Result<Response<pb::SendNoticeResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let pb::SendNoticeRequest {
+            client_msg_id,
+            user_ids,
+            group_ids,
+            content,
+        } = request.into_inner();
+        let command = NoticeCommand {
+            client_msg_id,
+            users: user_ids,
+            groups: group_ids,
+            content: content.and_then(|c| c.kind).map(content_from_proto),
+        };
+        let outcomes = self.messages.send_notice(command).await.map_err(status)?;
+        Ok(Response::new(pb::SendNoticeResponse {
+            results: outcomes.into_iter().map(notice_result).collect(),
+        }))
     }
 
     async fn history(
         &self,
         request: Request<pb::HistoryRequest>,
     ) -> Result<Response<pb::HistoryResponse>, Status> {
-        let user = identity::actor(&request)?.user()?;
+        let reader = sender(&request)?;
         let pb::HistoryRequest {
             conversation_id,
             before_seq,
@@ -51,7 +97,7 @@ impl MessageService for MessageApi {
         } = request.into_inner();
         let (page, has_more) = self
             .messages
-            .history(user, &conversation_id, before_seq, limit)
+            .history(reader, &conversation_id, before_seq, limit)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::HistoryResponse {
@@ -64,14 +110,14 @@ impl MessageService for MessageApi {
         &self,
         request: Request<pb::RecallRequest>,
     ) -> Result<Response<pb::RecallResponse>, Status> {
-        let user = identity::actor(&request)?.user()?;
+        let by = sender(&request)?;
         let pb::RecallRequest {
             conversation_id,
             seq,
         } = request.into_inner();
         let message = self
             .messages
-            .recall(user, &conversation_id, seq)
+            .recall(by, &conversation_id, seq)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::RecallResponse {
@@ -101,10 +147,27 @@ fn target_from_proto(to: pb::send_request::To) -> Target {
     }
 }
 
-fn content_from_proto(kind: pb::content::Kind) -> Content {
-    match kind {
-        pb::content::Kind::Text(pb::Text { text }) => Content::Text(text),
-        pb::content::Kind::Custom(pb::Custom { json }) => Content::Custom(json),
+fn notice_result(outcome: NoticeOutcome) -> pb::NoticeResult {
+    use pb::notice_result::Target as T;
+    let target = Some(match outcome.target {
+        Target::User(id) => T::UserId(id),
+        Target::Group(id) => T::GroupId(id),
+    });
+    match outcome.result {
+        Ok(sent) => pb::NoticeResult {
+            target,
+            sent: Some(sent_to_proto(sent)),
+            ..Default::default()
+        },
+        Err(err) => {
+            let refused = status(err);
+            pb::NoticeResult {
+                target,
+                sent: None,
+                code: refused.code() as i32,
+                error: refused.message().to_owned(),
+            }
+        }
     }
 }
 
@@ -128,7 +191,14 @@ fn status(err: Error) -> Status {
             Status::permission_denied(err.to_string())
         }
         Error::NoMessage => Status::not_found(err.to_string()),
-        Error::Refused(_) => Status::permission_denied(err.to_string()),
+        Error::Refused(_) | Error::NoticeForbidden => Status::permission_denied(err.to_string()),
+        Error::RateLimited(ref limited) => {
+            let mut refused = Status::resource_exhausted(err.to_string());
+            refused
+                .metadata_mut()
+                .insert("retry-after-ms", limited.retry_after_ms.into());
+            refused
+        }
         Error::GroupRefused(why, ref message) => match why {
             GroupRefusal::NotFound => Status::not_found(message.clone()),
             GroupRefusal::Forbidden => Status::permission_denied(message.clone()),

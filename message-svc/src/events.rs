@@ -3,7 +3,7 @@
 use imesh_protos::{message as pb, sync as sync_pb};
 use prost::Message as _;
 
-use crate::domain::{Content, Message};
+use crate::domain::{Content, Media, MediaKind, Message, Notice};
 
 /// The idempotency key sync-svc dedups a message event on.
 pub fn message_event_id(message: &Message) -> String {
@@ -35,6 +35,8 @@ pub fn message_to_proto(message: &Message) -> pb::Message {
         server_time_ms: message.server_time_ms,
         recalled_by: message.recalled_by,
         recalled_at_ms: message.recalled_at_ms,
+        mentioned_user_ids: message.mentions.users.clone(),
+        mention_all: message.mentions.all,
     }
 }
 
@@ -43,8 +45,83 @@ pub fn content_to_proto(content: &Content) -> pb::Content {
     let kind = match content {
         Content::Text(text) => Kind::Text(pb::Text { text: text.clone() }),
         Content::Custom(json) => Kind::Custom(pb::Custom { json: json.clone() }),
+        Content::Media(kind, media) => {
+            let media = media_to_proto(media.clone());
+            match kind {
+                MediaKind::Image => Kind::Image(media),
+                MediaKind::File => Kind::File(media),
+                MediaKind::Audio => Kind::Audio(media),
+                MediaKind::Video => Kind::Video(media),
+            }
+        }
+        Content::Notice(Notice { code, text, json }) => Kind::Notice(pb::Notice {
+            code: code.clone(),
+            text: text.clone(),
+            json: json.clone(),
+        }),
     };
     pb::Content { kind: Some(kind) }
+}
+
+pub fn content_from_proto(kind: pb::content::Kind) -> Content {
+    use pb::content::Kind;
+    match kind {
+        Kind::Text(pb::Text { text }) => Content::Text(text),
+        Kind::Custom(pb::Custom { json }) => Content::Custom(json),
+        Kind::Image(m) => Content::Media(MediaKind::Image, media_from_proto(m)),
+        Kind::File(m) => Content::Media(MediaKind::File, media_from_proto(m)),
+        Kind::Audio(m) => Content::Media(MediaKind::Audio, media_from_proto(m)),
+        Kind::Video(m) => Content::Media(MediaKind::Video, media_from_proto(m)),
+        Kind::Notice(pb::Notice { code, text, json }) => {
+            Content::Notice(Notice { code, text, json })
+        }
+    }
+}
+
+fn media_to_proto(media: Media) -> pb::Media {
+    let Media {
+        url,
+        size_bytes,
+        mime_type,
+        width,
+        height,
+        duration_ms,
+        name,
+        thumbnail_url,
+    } = media;
+    pb::Media {
+        url,
+        size_bytes,
+        mime_type,
+        width,
+        height,
+        duration_ms,
+        name,
+        thumbnail_url,
+    }
+}
+
+fn media_from_proto(media: pb::Media) -> Media {
+    let pb::Media {
+        url,
+        size_bytes,
+        mime_type,
+        width,
+        height,
+        duration_ms,
+        name,
+        thumbnail_url,
+    } = media;
+    Media {
+        url,
+        size_bytes,
+        mime_type,
+        width,
+        height,
+        duration_ms,
+        name,
+        thumbnail_url,
+    }
 }
 
 /// The idempotency key sync-svc dedups a recall event on.

@@ -53,6 +53,24 @@ pub struct Config {
     pub seq_step: i64,
     /// Outbox rows handed to sync-svc per call.
     pub outbox_batch: u64,
+    pub rate_limits: RateLimitConfig,
+}
+
+/// Sends allowed per second on each replica; 0 turns a limit off.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct RateLimitConfig {
+    pub user_per_sec: u32,
+    pub group_per_sec: u32,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            user_per_sec: 20,
+            group_per_sec: 40,
+        }
+    }
 }
 
 impl Default for Config {
@@ -69,6 +87,7 @@ impl Default for Config {
             recall_window_secs: 120,
             seq_step: 1000,
             outbox_batch: 256,
+            rate_limits: RateLimitConfig::default(),
         }
     }
 }
@@ -116,17 +135,23 @@ impl Service {
                 relations: Arc::new(directory),
                 groups: Arc::new(groups),
             },
-            Arc::new(seqs),
-            Arc::new(Snowflake::new(node_id)),
-            domain::Encoders {
-                message: events::encode_fanout,
-                recall: events::encode_recall,
-            },
-            relay.waker(),
-            domain::Limits {
-                max_content_bytes: config.max_content_bytes,
-                direct_policy: config.direct_policy,
-                recall_window_ms: config.recall_window_secs as i64 * 1000,
+            domain::Parts {
+                seqs: Arc::new(seqs),
+                ids: Arc::new(Snowflake::new(node_id)),
+                encode: domain::Encoders {
+                    message: events::encode_fanout,
+                    recall: events::encode_recall,
+                },
+                relay: relay.waker(),
+                limits: domain::Limits {
+                    max_content_bytes: config.max_content_bytes,
+                    direct_policy: config.direct_policy,
+                    recall_window_ms: config.recall_window_secs as i64 * 1000,
+                },
+                rates: domain::RateLimits::new(
+                    config.rate_limits.user_per_sec,
+                    config.rate_limits.group_per_sec,
+                ),
             },
         );
         Ok(Self {

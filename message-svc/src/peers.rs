@@ -3,14 +3,17 @@
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     group::{
-        CheckSendRequest, MemberIdsRequest, MemberStatus, MembershipRequest, Permission,
-        group_service_client::GroupServiceClient,
+        CheckSendRequest, GetGroupRequest, GroupStatus, MemberIdsRequest, MemberStatus,
+        MembershipRequest, Permission, group_service_client::GroupServiceClient,
     },
-    relation::{CheckRelationsRequest, Relation, relation_service_client::RelationServiceClient},
+    relation::{
+        CheckRelationsRequest, GetUsersRequest, Relation,
+        relation_service_client::RelationServiceClient,
+    },
 };
 use tonic::{Code, transport::Channel};
 
-use crate::domain::{Directory, GroupGate, GroupRefusal, PeerRelation};
+use crate::domain::{Directory, GateAnswer, GroupGate, GroupRefusal, PeerRelation, Sender};
 
 /// [`Directory`] backed by relation-svc's cached `CheckRelations`.
 pub struct RelationDirectory {
@@ -54,6 +57,22 @@ impl Directory for RelationDirectory {
             peer_blocked_sender: found.blocked_me,
         })
     }
+
+    async fn existing(&self, users: &[i64]) -> anyhow::Result<Vec<i64>> {
+        let request = self.caller.request(
+            Actor::System,
+            GetUsersRequest {
+                user_ids: users.to_vec(),
+            },
+        );
+        let reply = self.client.clone().get_users(request).await?.into_inner();
+        Ok(reply
+            .users
+            .into_iter()
+            .filter(|u| !u.disabled)
+            .map(|u| u.user_id)
+            .collect())
+    }
 }
 
 /// [`GroupGate`] backed by group-svc's `CheckSend` and `MemberIds`.
@@ -76,13 +95,9 @@ impl GroupGate for GroupServiceGate {
     async fn recipients(
         &self,
         group: i64,
-        sender: i64,
-    ) -> anyhow::Result<Result<Vec<i64>, (GroupRefusal, String)>> {
-        let check = CheckSendRequest {
-            group_id: group,
-            user_id: sender,
-            needs: 0,
-        };
+        sender: Sender,
+        needs: u32,
+    ) -> anyhow::Result<GateAnswer> {
         let refusal = |status: tonic::Status| {
             let why = match status.code() {
                 Code::NotFound => GroupRefusal::NotFound,
@@ -93,11 +108,36 @@ impl GroupGate for GroupServiceGate {
             Ok(Err((why, status.message().to_owned())))
         };
         let mut client = self.client.clone();
-        if let Err(status) = client
-            .check_send(self.caller.request(Actor::System, check))
-            .await
-        {
-            return refusal(status);
+        match sender {
+            Sender::User(user) => {
+                let check = CheckSendRequest {
+                    group_id: group,
+                    user_id: user,
+                    needs,
+                };
+                let checked = client.check_send(self.caller.request(Actor::System, check));
+                if let Err(status) = checked.await {
+                    return refusal(status);
+                }
+            }
+            // The system account writes to any live group.
+            Sender::System => {
+                let get = GetGroupRequest { group_id: group };
+                let found = client
+                    .get_group(self.caller.request(Actor::System, get))
+                    .await;
+                let alive = match found {
+                    Ok(reply) => reply
+                        .into_inner()
+                        .group
+                        .is_some_and(|g| g.status() == GroupStatus::Normal),
+                    Err(status) => return refusal(status),
+                };
+                if !alive {
+                    let why = format!("group_id: group {group} is dismissed or banned");
+                    return Ok(Err((GroupRefusal::Precondition, why)));
+                }
+            }
         }
         let ids = MemberIdsRequest { group_id: group };
         match client

@@ -121,13 +121,19 @@ impl Device {
         client_msg_id: &str,
         text: &str,
     ) -> Body {
-        let request = SendRequest {
+        self.send(SendRequest {
             client_msg_id: client_msg_id.into(),
             to: Some(to),
             content: Some(Content {
                 kind: Some(content::Kind::Text(Text { text: text.into() })),
             }),
-        };
+            ..SendRequest::default()
+        })
+        .await
+    }
+
+    /// Sends any message; the reply is a `SendAck` or an `Error`.
+    pub async fn send(&mut self, request: SendRequest) -> Body {
         let id = self.send_frame(client_frame::Body::Send(request)).await;
         self.reply(id).await
     }

@@ -109,6 +109,7 @@ async fn internal_grpc_needs_the_credential_and_takes_identity_from_metadata_onl
                 imesh_protos::message::Text { text: "hi".into() },
             )),
         }),
+        ..SendRequest::default()
     };
     let missing = messages
         .send(tonic::Request::new(request()))
@@ -118,11 +119,12 @@ async fn internal_grpc_needs_the_credential_and_takes_identity_from_metadata_onl
     let as_system = messages
         .send(env.caller.request(Actor::System, request()))
         .await
-        .unwrap_err();
+        .unwrap()
+        .into_inner();
     assert_eq!(
-        as_system.code(),
-        Code::PermissionDenied,
-        "sending needs a user actor"
+        as_system.conversation_id,
+        format!("s:{bob}"),
+        "the system actor writes to the user's notice conversation"
     );
     let sent = messages
         .send(env.caller.request(Actor::User(alice), request()))

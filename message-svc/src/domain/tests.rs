@@ -1,5 +1,7 @@
 //! The send path over a real SQLite store with in-process counters and a fake directory.
 
+mod kinds;
+
 use std::sync::Arc;
 
 use imesh_kit::{
@@ -29,9 +31,17 @@ impl Directory for Users {
             peer_blocked_sender: (peer, sender) == (3, 1),
         })
     }
+
+    async fn existing(&self, users: &[i64]) -> anyhow::Result<Vec<i64>> {
+        Ok(users
+            .iter()
+            .copied()
+            .filter(|u| [1, 2, 3].contains(u))
+            .collect())
+    }
 }
 
-/// Group 7 has members 1, 2 and 3; user 3 is muted there.
+/// Group 7 has members 1, 2 and 3; user 3 is muted there; only 2 (an admin) may @all.
 struct Groups;
 
 #[async_trait::async_trait]
@@ -39,12 +49,17 @@ impl GroupGate for Groups {
     async fn recipients(
         &self,
         group: i64,
-        sender: i64,
-    ) -> anyhow::Result<Result<Vec<i64>, (GroupRefusal, String)>> {
+        sender: Sender,
+        needs: u32,
+    ) -> anyhow::Result<GateAnswer> {
+        let refused = |why, text: &str| Err((why, text.to_owned()));
         Ok(match (group, sender) {
-            (7, 3) => Err((GroupRefusal::Forbidden, "group_id: you are muted".into())),
-            (7, 1 | 2) => Ok(vec![1, 2, 3]),
-            _ => Err((GroupRefusal::NotFound, "group_id: no such group".into())),
+            (7, Sender::User(3)) => refused(GroupRefusal::Forbidden, "group_id: you are muted"),
+            (7, Sender::User(1)) if needs & AT_ALL != 0 => {
+                refused(GroupRefusal::Forbidden, "mention_all: needs AT_ALL")
+            }
+            (7, Sender::User(1 | 2) | Sender::System) => Ok(vec![1, 2, 3]),
+            _ => refused(GroupRefusal::NotFound, "group_id: no such group"),
         })
     }
 
@@ -75,7 +90,15 @@ async fn messages() -> (Messages, SqlOutbox) {
     messages_with(DirectPolicy::Anyone).await
 }
 
+const fn u(id: i64) -> Sender {
+    Sender::User(id)
+}
+
 async fn messages_with(direct_policy: DirectPolicy) -> (Messages, SqlOutbox) {
+    build(direct_policy, RateLimits::unlimited()).await
+}
+
+async fn build(direct_policy: DirectPolicy, rates: RateLimits) -> (Messages, SqlOutbox) {
     let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
     let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
         .await
@@ -91,17 +114,20 @@ async fn messages_with(direct_policy: DirectPolicy) -> (Messages, SqlOutbox) {
             relations: Arc::new(Users),
             groups: Arc::new(Groups),
         },
-        Arc::new(seqs),
-        Arc::new(Snowflake::new(0)),
-        Encoders {
-            message: crate::events::encode_fanout,
-            recall: crate::events::encode_recall,
-        },
-        Arc::new(Notify::new()),
-        Limits {
-            max_content_bytes: 16,
-            direct_policy,
-            recall_window_ms: 60_000,
+        Parts {
+            seqs: Arc::new(seqs),
+            ids: Arc::new(Snowflake::new(0)),
+            encode: Encoders {
+                message: crate::events::encode_fanout,
+                recall: crate::events::encode_recall,
+            },
+            relay: Arc::new(Notify::new()),
+            limits: Limits {
+                max_content_bytes: 300,
+                direct_policy,
+                recall_window_ms: 60_000,
+            },
+            rates,
         },
     );
     (messages, SqlOutbox::new(db, OUTBOX_TABLE))
@@ -112,14 +138,15 @@ fn text(client_msg_id: &str, to: i64, body: &str) -> SendCommand {
         client_msg_id: client_msg_id.into(),
         to: Some(Target::User(to)),
         content: Some(Content::Text(body.into())),
+        mentions: Mentions::default(),
     }
 }
 
 #[tokio::test]
 async fn sends_get_increasing_seqs_in_one_direct_conversation_from_both_sides() {
     let (messages, outbox) = messages().await;
-    let a = messages.send(1, text("c1", 2, "hi")).await.unwrap();
-    let b = messages.send(2, text("c1", 1, "hello")).await.unwrap();
+    let a = messages.send(u(1), text("c1", 2, "hi")).await.unwrap();
+    let b = messages.send(u(2), text("c1", 1, "hello")).await.unwrap();
     assert_eq!(a.conversation_id, "d:1:2");
     assert_eq!(b.conversation_id, "d:1:2");
     assert_eq!((a.seq, b.seq), (1, 2));
@@ -130,8 +157,8 @@ async fn sends_get_increasing_seqs_in_one_direct_conversation_from_both_sides() 
 #[tokio::test]
 async fn a_retried_client_msg_id_returns_the_first_ack_and_stores_nothing() {
     let (messages, outbox) = messages().await;
-    let first = messages.send(1, text("same", 2, "hi")).await.unwrap();
-    let again = messages.send(1, text("same", 2, "hi")).await.unwrap();
+    let first = messages.send(u(1), text("same", 2, "hi")).await.unwrap();
+    let again = messages.send(u(1), text("same", 2, "hi")).await.unwrap();
     assert!(again.duplicate);
     assert_eq!(
         (again.msg_id, again.seq, again.server_time_ms),
@@ -163,20 +190,20 @@ async fn bad_sends_name_their_field_and_store_nothing() {
         (text("x", 1, "self"), "user_id"),
     ];
     for (command, field) in cases {
-        match messages.send(1, command).await {
+        match messages.send(u(1), command).await {
             Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field),
             other => panic!("expected invalid {field}, got {other:?}"),
         }
     }
     assert!(matches!(
-        messages.send(1, text("x", 2, &"y".repeat(17))).await,
+        messages.send(u(1), text("x", 2, &"y".repeat(301))).await,
         Err(Error::TooLarge {
-            size: 17,
-            limit: 16
+            size: 301,
+            limit: 300
         })
     ));
     assert!(matches!(
-        messages.send(1, text("x", 99, "hi")).await,
+        messages.send(u(1), text("x", 99, "hi")).await,
         Err(Error::UnknownUser(99))
     ));
     assert!(outbox.pending(10).await.unwrap().is_empty());
@@ -185,26 +212,29 @@ async fn bad_sends_name_their_field_and_store_nothing() {
 #[tokio::test]
 async fn blocked_senders_and_non_friends_under_the_friends_policy_are_refused() {
     let (messages, outbox) = messages().await;
-    let refused = messages.send(1, text("b1", 3, "hi")).await.unwrap_err();
+    let refused = messages.send(u(1), text("b1", 3, "hi")).await.unwrap_err();
     assert!(
         matches!(refused, Error::Refused(m) if m.contains("does not accept")),
         "{refused:?}"
     );
-    let refused = messages.send(3, text("b2", 1, "hi")).await.unwrap_err();
+    let refused = messages.send(u(3), text("b2", 1, "hi")).await.unwrap_err();
     assert!(
         matches!(refused, Error::Refused(m) if m.contains("you blocked")),
         "{refused:?}"
     );
     assert!(
-        messages.send(2, text("ok", 1, "hi")).await.is_ok(),
+        messages.send(u(2), text("ok", 1, "hi")).await.is_ok(),
         "anyone may message by default"
     );
     let (friends_only, _) = messages_with(DirectPolicy::FriendsOnly).await;
     assert!(
-        friends_only.send(1, text("f1", 2, "hi")).await.is_ok(),
+        friends_only.send(u(1), text("f1", 2, "hi")).await.is_ok(),
         "2 lists 1"
     );
-    let refused = friends_only.send(2, text("f2", 1, "hi")).await.unwrap_err();
+    let refused = friends_only
+        .send(u(2), text("f2", 1, "hi"))
+        .await
+        .unwrap_err();
     assert!(
         matches!(refused, Error::Refused(m) if m.contains("only friends")),
         "{refused:?}"
@@ -223,20 +253,21 @@ async fn group_sends_go_to_the_members_group_svc_names_and_refusals_store_nothin
         client_msg_id: id.into(),
         to: Some(Target::Group(group)),
         content: Some(Content::Text("all".into())),
+        mentions: Mentions::default(),
     };
-    let sent = messages.send(1, to_group("g1", 7)).await.unwrap();
+    let sent = messages.send(u(1), to_group("g1", 7)).await.unwrap();
     assert_eq!((sent.conversation_id.as_str(), sent.seq), ("g:7", 1));
-    let second = messages.send(2, to_group("g2", 7)).await.unwrap();
+    let second = messages.send(u(2), to_group("g2", 7)).await.unwrap();
     assert_eq!(
         second.seq, 2,
         "one seq per group conversation, whoever sends"
     );
-    let muted = messages.send(3, to_group("g3", 7)).await.unwrap_err();
+    let muted = messages.send(u(3), to_group("g3", 7)).await.unwrap_err();
     assert!(
         matches!(muted, Error::GroupRefused(GroupRefusal::Forbidden, ref m) if m.contains("muted")),
         "{muted:?}"
     );
-    let unknown = messages.send(1, to_group("g4", 8)).await.unwrap_err();
+    let unknown = messages.send(u(1), to_group("g4", 8)).await.unwrap_err();
     assert!(
         matches!(unknown, Error::GroupRefused(GroupRefusal::NotFound, _)),
         "{unknown:?}"
@@ -255,49 +286,50 @@ async fn history_shows_each_member_only_what_they_could_see() {
             client_msg_id: format!("h{i}"),
             to: Some(Target::Group(7)),
             content: Some(Content::Text(format!("m{}", i + 1))),
+            mentions: Mentions::default(),
         };
-        messages.send(sender, command).await.unwrap();
+        messages.send(u(sender), command).await.unwrap();
     }
     let seqs = |page: &[Message]| page.iter().map(|m| m.seq).collect::<Vec<_>>();
-    let (all, more) = messages.history(1, "g:7", 0, 0).await.unwrap();
+    let (all, more) = messages.history(u(1), "g:7", 0, 0).await.unwrap();
     assert_eq!(
         (seqs(&all), more),
         (vec![4, 3, 2, 1], false),
         "newest first"
     );
-    let (older, more) = messages.history(1, "g:7", 3, 1).await.unwrap();
+    let (older, more) = messages.history(u(1), "g:7", 3, 1).await.unwrap();
     assert_eq!(
         (seqs(&older), more),
         (vec![2], true),
         "paging back from a seq"
     );
     assert_eq!(
-        seqs(&messages.history(2, "g:7", 0, 0).await.unwrap().0),
+        seqs(&messages.history(u(2), "g:7", 0, 0).await.unwrap().0),
         vec![4, 3, 2],
         "joined at seq 1"
     );
     assert_eq!(
-        seqs(&messages.history(3, "g:7", 0, 0).await.unwrap().0),
+        seqs(&messages.history(u(3), "g:7", 0, 0).await.unwrap().0),
         vec![2, 1],
         "left at seq 2"
     );
     assert!(matches!(
-        messages.history(9, "g:7", 0, 0).await,
+        messages.history(u(9), "g:7", 0, 0).await,
         Err(Error::NotParticipant)
     ));
     assert!(matches!(
-        messages.history(9, "d:1:2", 0, 0).await,
+        messages.history(u(9), "d:1:2", 0, 0).await,
         Err(Error::NotParticipant)
     ));
     assert!(matches!(
-        messages.history(1, "x:1", 0, 0).await,
+        messages.history(u(1), "x:1", 0, 0).await,
         Err(Error::Invalid {
             field: "conversation_id",
             ..
         })
     ));
     assert!(matches!(
-        messages.history(1, "g:7", 0, 101).await,
+        messages.history(u(1), "g:7", 0, 101).await,
         Err(Error::Invalid { field: "limit", .. })
     ));
 }
@@ -309,10 +341,14 @@ async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_onc
         client_msg_id: client_msg_id.into(),
         to: Some(to),
         content: Some(Content::Text("oops".into())),
+        mentions: Mentions::default(),
     };
-    let direct = messages.send(1, send("r1", Target::User(2))).await.unwrap();
+    let direct = messages
+        .send(u(1), send("r1", Target::User(2)))
+        .await
+        .unwrap();
     let refused = messages
-        .recall(2, &direct.conversation_id, direct.seq)
+        .recall(u(2), &direct.conversation_id, direct.seq)
         .await
         .unwrap_err();
     assert!(
@@ -320,7 +356,7 @@ async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_onc
         "{refused:?}"
     );
     let recalled = messages
-        .recall(1, &direct.conversation_id, direct.seq)
+        .recall(u(1), &direct.conversation_id, direct.seq)
         .await
         .unwrap();
     assert_eq!(
@@ -328,7 +364,7 @@ async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_onc
         (1, Content::Text(String::new()))
     );
     let again = messages
-        .recall(1, &direct.conversation_id, direct.seq)
+        .recall(u(1), &direct.conversation_id, direct.seq)
         .await
         .unwrap();
     assert_eq!(
@@ -336,7 +372,7 @@ async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_onc
         "recalling twice changes nothing"
     );
     let (history, _) = messages
-        .history(2, &direct.conversation_id, 0, 0)
+        .history(u(2), &direct.conversation_id, 0, 0)
         .await
         .unwrap();
     assert_eq!(
@@ -346,20 +382,20 @@ async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_onc
     );
 
     messages
-        .send(1, send("r2", Target::Group(7)))
+        .send(u(1), send("r2", Target::Group(7)))
         .await
         .unwrap();
     let in_group = messages
-        .send(1, send("r3", Target::Group(7)))
+        .send(u(1), send("r3", Target::Group(7)))
         .await
         .unwrap();
     assert!(matches!(
-        messages.recall(3, "g:7", in_group.seq).await,
+        messages.recall(u(3), "g:7", in_group.seq).await,
         Err(Error::RecallRefused(_))
     ));
     assert_eq!(
         messages
-            .recall(2, "g:7", in_group.seq)
+            .recall(u(2), "g:7", in_group.seq)
             .await
             .unwrap()
             .recalled_by,
@@ -367,7 +403,7 @@ async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_onc
         "a moderator recalls anyone's"
     );
     assert!(matches!(
-        messages.recall(1, "g:7", 99).await,
+        messages.recall(u(1), "g:7", 99).await,
         Err(Error::NoMessage)
     ));
     // Three sends and two recalls queued; the refused and repeated recalls queued nothing.

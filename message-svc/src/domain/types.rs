@@ -1,8 +1,9 @@
 //! The message domain's value types and their parsing rules.
 
-use super::{Error, invalid};
+use super::{Content, Error, invalid};
 
-/// A conversation: `d:<lo>:<hi>` between two users, `g:<group>` for a group.
+/// A conversation: `d:<lo>:<hi>` between two users, `g:<group>` for a group, `s:<user>` for
+/// the notices the system account sends a user.
 pub type ConversationId = String;
 
 /// The one conversation between two users, whichever of them writes.
@@ -16,6 +17,8 @@ pub enum Conversation {
     /// Between two users, the lower id first.
     Direct(i64, i64),
     Group(i64),
+    /// From the system account to one user.
+    Notices(i64),
 }
 
 impl Conversation {
@@ -28,12 +31,13 @@ impl Conversation {
                 _ => None,
             },
             Some(("g", rest)) => rest.parse().ok().filter(|g| *g > 0).map(Self::Group),
+            Some(("s", rest)) => rest.parse().ok().filter(|u| *u > 0).map(Self::Notices),
             _ => None,
         };
         parsed.ok_or_else(|| {
             invalid(
                 "conversation_id",
-                "must be d:<user>:<user> (lower id first) or g:<group>",
+                "must be d:<user>:<user> (lower id first), g:<group> or s:<user>",
             )
         })
     }
@@ -42,6 +46,23 @@ impl Conversation {
         match self {
             Self::Direct(a, b) => format!("d:{a}:{b}"),
             Self::Group(g) => format!("g:{g}"),
+            Self::Notices(u) => format!("s:{u}"),
+        }
+    }
+}
+
+/// Who sends: a user, or the system account (internal callers), stored as sender 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sender {
+    User(i64),
+    System,
+}
+
+impl Sender {
+    pub fn id(self) -> i64 {
+        match self {
+            Self::User(id) => id,
+            Self::System => 0,
         }
     }
 }
@@ -52,33 +73,17 @@ pub enum Target {
     Group(i64),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Content {
-    Text(String),
-    /// Application JSON, opaque to imesh.
-    Custom(String),
+/// Whom a group message mentions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mentions {
+    pub users: Vec<i64>,
+    /// @all.
+    pub all: bool,
 }
 
-impl Content {
-    pub fn validate(&self, limit: usize) -> Result<(), Error> {
-        let (field, body) = match self {
-            Self::Text(text) => ("content.text", text),
-            Self::Custom(json) => ("content.custom.json", json),
-        };
-        if body.trim().is_empty() {
-            return Err(invalid(field, "must not be empty"));
-        }
-        if body.len() > limit {
-            return Err(Error::TooLarge {
-                size: body.len(),
-                limit,
-            });
-        }
-        if let Self::Custom(json) = self {
-            serde_json::from_str::<serde::de::IgnoredAny>(json)
-                .map_err(|e| invalid(field, format!("is not JSON: {e}")))?;
-        }
-        Ok(())
+impl Mentions {
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty() && !self.all
     }
 }
 
@@ -90,6 +95,7 @@ pub struct Message {
     pub sender_id: i64,
     pub client_msg_id: String,
     pub content: Content,
+    pub mentions: Mentions,
     pub server_time_ms: i64,
     /// Who recalled it (0: not recalled); a recalled message keeps no content.
     pub recalled_by: i64,

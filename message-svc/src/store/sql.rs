@@ -12,7 +12,7 @@ use sea_orm::{
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::{MessageStore, OUTBOX_TABLE};
-use crate::domain::{Content, Message, Sent};
+use crate::domain::{Content, MediaKind, Mentions, Message, Sent};
 
 #[allow(unreachable_pub)]
 mod messages {
@@ -27,9 +27,13 @@ mod messages {
         pub seq: i64,
         pub sender_id: i64,
         pub client_msg_id: String,
-        /// 1 text, 2 custom JSON.
+        /// See [`super::Kind`].
         pub kind: i16,
+        /// The text, the custom JSON, or a media reference or notice as JSON.
         pub body: String,
+        /// Mentioned user ids, comma-separated.
+        pub mentions: Option<String>,
+        pub mention_all: bool,
         pub server_time_ms: i64,
         pub recalled_by: i64,
         pub recalled_at_ms: i64,
@@ -41,19 +45,85 @@ mod messages {
     impl ActiveModelBehavior for ActiveModel {}
 }
 
-const KIND_TEXT: i16 = 1;
-const KIND_CUSTOM: i16 = 2;
+/// How a content kind is stored in `messages.kind`.
+#[derive(Clone, Copy)]
+#[repr(i16)]
+enum Kind {
+    Text = 1,
+    Custom = 2,
+    Image = 3,
+    File = 4,
+    Audio = 5,
+    Video = 6,
+    Notice = 7,
+}
+
+fn encode_content(content: &Content) -> (i16, String) {
+    let (kind, body) = match content {
+        Content::Text(text) => (Kind::Text, text.clone()),
+        Content::Custom(json) => (Kind::Custom, json.clone()),
+        Content::Media(kind, media) => (
+            match kind {
+                MediaKind::Image => Kind::Image,
+                MediaKind::File => Kind::File,
+                MediaKind::Audio => Kind::Audio,
+                MediaKind::Video => Kind::Video,
+            },
+            json(media),
+        ),
+        Content::Notice(notice) => (Kind::Notice, json(notice)),
+    };
+    (kind as i16, body)
+}
+
+/// The stored JSON body of a media reference or notice (both serialize infallibly).
+fn json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+fn decode_content(msg_id: i64, kind: i16, body: String) -> Result<Content, StoreError> {
+    let corrupt =
+        |what: String| StoreError::Unavailable(anyhow::anyhow!("message {msg_id}: {what}"));
+    let media = |kind: MediaKind| -> Result<Content, StoreError> {
+        let media = serde_json::from_str(&body).map_err(|e| corrupt(e.to_string()))?;
+        Ok(Content::Media(kind, media))
+    };
+    match kind {
+        k if k == Kind::Text as i16 => Ok(Content::Text(body)),
+        k if k == Kind::Custom as i16 => Ok(Content::Custom(body)),
+        k if k == Kind::Image as i16 => media(MediaKind::Image),
+        k if k == Kind::File as i16 => media(MediaKind::File),
+        k if k == Kind::Audio as i16 => media(MediaKind::Audio),
+        k if k == Kind::Video as i16 => media(MediaKind::Video),
+        k if k == Kind::Notice as i16 => serde_json::from_str(&body)
+            .map(Content::Notice)
+            .map_err(|e| corrupt(e.to_string())),
+        other => Err(corrupt(format!("unknown kind {other}"))),
+    }
+}
+
+fn encode_mentions(mentions: &Mentions) -> Option<String> {
+    (!mentions.users.is_empty()).then(|| {
+        let ids: Vec<String> = mentions.users.iter().map(i64::to_string).collect();
+        ids.join(",")
+    })
+}
+
+fn decode_mentions(users: Option<String>, all: bool) -> Mentions {
+    let users = users
+        .iter()
+        .flat_map(|list| list.split(','))
+        .filter_map(|id| id.parse().ok())
+        .collect();
+    Mentions { users, all }
+}
 
 fn to_message(m: messages::Model) -> Result<Message, StoreError> {
-    let content = match m.kind {
-        KIND_TEXT => Content::Text(m.body),
-        KIND_CUSTOM => Content::Custom(m.body),
-        other => {
-            return Err(StoreError::Unavailable(anyhow::anyhow!(
-                "message {} has unknown kind {other}",
-                m.msg_id
-            )));
-        }
+    // A recalled message keeps no body; its kind stays for the record.
+    let content = if m.recalled_by != 0 {
+        Content::Text(String::new())
+    } else {
+        decode_content(m.msg_id, m.kind, m.body)?
     };
     Ok(Message {
         msg_id: m.msg_id,
@@ -62,6 +132,7 @@ fn to_message(m: messages::Model) -> Result<Message, StoreError> {
         sender_id: m.sender_id,
         client_msg_id: m.client_msg_id,
         content,
+        mentions: decode_mentions(m.mentions, m.mention_all),
         server_time_ms: m.server_time_ms,
         recalled_by: m.recalled_by,
         recalled_at_ms: m.recalled_at_ms,
@@ -101,10 +172,7 @@ impl MessageStore for SqlMessageStore {
     }
 
     async fn append(&self, message: &Message, event: OutboxRow) -> Result<(), StoreError> {
-        let (kind, body) = match &message.content {
-            Content::Text(text) => (KIND_TEXT, text.clone()),
-            Content::Custom(json) => (KIND_CUSTOM, json.clone()),
-        };
+        let (kind, body) = encode_content(&message.content);
         let row = messages::ActiveModel {
             msg_id: Set(message.msg_id),
             conversation_id: Set(message.conversation_id.clone()),
@@ -113,6 +181,8 @@ impl MessageStore for SqlMessageStore {
             client_msg_id: Set(message.client_msg_id.clone()),
             kind: Set(kind),
             body: Set(body),
+            mentions: Set(encode_mentions(&message.mentions)),
+            mention_all: Set(message.mentions.all),
             server_time_ms: Set(message.server_time_ms),
             recalled_by: Set(0),
             recalled_at_ms: Set(0),
@@ -226,6 +296,7 @@ impl MigratorTrait for Migrator {
                 name: "m20261201_000002_message_outbox",
             }),
             Box::new(CreateMessages),
+            Box::new(AddMentions),
         ]
     }
 
@@ -289,5 +360,35 @@ impl MigrationTrait for CreateMessages {
                     .to_owned(),
             )
             .await
+    }
+}
+
+struct AddMentions;
+
+impl MigrationName for AddMentions {
+    fn name(&self) -> &str {
+        "m20261202_000004_message_mentions"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddMentions {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        // One column per statement: SQLite alters one thing at a time.
+        for column in [
+            text_null(Alias::new("mentions")),
+            boolean(Alias::new("mention_all")).default(false).to_owned(),
+        ] {
+            let mut column = column;
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(Alias::new("messages"))
+                        .add_column(&mut column)
+                        .to_owned(),
+                )
+                .await?;
+        }
+        Ok(())
     }
 }

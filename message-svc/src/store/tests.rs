@@ -3,7 +3,7 @@
 use imesh_kit::{outbox::SqlOutbox, testing};
 
 use super::{sql::SqlMessageStore, *};
-use crate::domain::Content;
+use crate::domain::{Content, Media, MediaKind, Mentions, Notice};
 
 async fn stores() -> Vec<(testing::Backend, SqlMessageStore, SqlOutbox)> {
     let mut out = Vec::new();
@@ -29,6 +29,7 @@ fn message(msg_id: i64, seq: i64, client_msg_id: &str) -> Message {
         sender_id: 1,
         client_msg_id: client_msg_id.into(),
         content: Content::Text(format!("hello {seq}")),
+        mentions: Mentions::default(),
         server_time_ms: 1_700_000_000_000 + seq,
         recalled_by: 0,
         recalled_at_ms: 0,
@@ -134,5 +135,46 @@ async fn history_reads_a_seq_window_newest_first() {
                 .is_empty(),
             "{backend:?}"
         );
+    }
+}
+
+#[tokio::test]
+async fn every_content_kind_and_its_mentions_round_trip_on_every_backend() {
+    let contents = [
+        Content::Custom(r#"{"card":1}"#.into()),
+        Content::Media(
+            MediaKind::Video,
+            Media {
+                url: "https://cdn.example.com/v.mp4".into(),
+                size_bytes: 1 << 20,
+                mime_type: "video/mp4".into(),
+                width: 1280,
+                height: 720,
+                duration_ms: 9000,
+                thumbnail_url: "https://cdn.example.com/v.jpg".into(),
+                ..Media::default()
+            },
+        ),
+        Content::Notice(Notice {
+            code: "group_renamed".into(),
+            text: "Renamed to Ops".into(),
+            json: String::new(),
+        }),
+    ];
+    for (backend, store, _) in stores().await {
+        for (i, content) in contents.iter().enumerate() {
+            let seq = i as i64 + 1;
+            let sent = Message {
+                content: content.clone(),
+                mentions: Mentions {
+                    users: vec![2, 30_000_000_000],
+                    all: i == 1,
+                },
+                ..message(seq, seq, &format!("k{seq}"))
+            };
+            store.append(&sent, event(seq)).await.unwrap();
+            let read = store.message("d:1:2", seq).await.unwrap();
+            assert_eq!(read.as_ref(), Some(&sent), "{backend:?}");
+        }
     }
 }

@@ -1,0 +1,334 @@
+//! The send path: validate, answer retries, rate-limit, gate, allocate, store with the
+//! outbox event. Notices to many targets take the same path once per target.
+
+use std::collections::HashSet;
+
+use futures::{StreamExt, stream};
+use imesh_kit::{error::StoreError, outbox::OutboxRow};
+
+use super::{
+    AT_ALL, Content, Conversation, ConversationId, DirectPolicy, Error, MAX_MENTIONS, Mentions,
+    Message, Messages, PeerRelation, Sender, Sent, Target, direct_conversation, invalid,
+    types::parse_client_msg_id,
+};
+
+pub struct SendCommand {
+    pub client_msg_id: String,
+    pub to: Option<Target>,
+    pub content: Option<Content>,
+    pub mentions: Mentions,
+}
+
+/// One message from the system account to each of many users and groups.
+pub struct NoticeCommand {
+    pub client_msg_id: String,
+    pub users: Vec<i64>,
+    pub groups: Vec<i64>,
+    pub content: Option<Content>,
+}
+
+pub type NoticeTarget = Target;
+
+/// What became of one target of a notice.
+#[derive(Debug)]
+pub struct NoticeOutcome {
+    pub target: NoticeTarget,
+    pub result: Result<Sent, Error>,
+}
+
+/// Most targets one notice call reaches.
+const MAX_NOTICE_TARGETS: usize = 1000;
+/// Longest notice `client_msg_id`: the per-target key appends `#<conversation>`.
+const MAX_NOTICE_KEY: usize = 40;
+/// Targets of one notice stored at once.
+const NOTICE_CONCURRENCY: usize = 16;
+
+impl Messages {
+    /// Stores a message from `sender` and queues its delivery; a repeated
+    /// `(sender, client_msg_id)` returns the first send's result and stores nothing.
+    pub async fn send(&self, sender: Sender, command: SendCommand) -> Result<Sent, Error> {
+        let client_msg_id = parse_client_msg_id(&command.client_msg_id)?;
+        let to = command
+            .to
+            .ok_or_else(|| invalid("to", "set user_id or group_id"))?;
+        let content = self.checked_content(sender, command.content)?;
+        let mentions = checked_mentions(command.mentions, to)?;
+        if let Some(sent) = self.earlier(sender, &client_msg_id).await? {
+            return Ok(sent);
+        }
+        if let Sender::User(user) = sender {
+            let group = match to {
+                Target::Group(g) => Some(g),
+                Target::User(_) => None,
+            };
+            self.rates.check(user, group)?;
+        }
+        let (conversation, recipients) = self.gate(sender, to, &mentions).await?;
+        let message = self.compose(sender, client_msg_id, conversation, content, mentions);
+        self.commit(message, &recipients).await
+    }
+
+    /// Sends `command.content` from the system account to every target, each on its own:
+    /// one target's refusal leaves the others stored. Outcomes come users first, in order.
+    pub async fn send_notice(&self, command: NoticeCommand) -> Result<Vec<NoticeOutcome>, Error> {
+        let key = &command.client_msg_id;
+        if key.len() > MAX_NOTICE_KEY {
+            return Err(invalid(
+                "client_msg_id",
+                format!("must be at most {MAX_NOTICE_KEY} characters"),
+            ));
+        }
+        parse_client_msg_id(key)?;
+        let targets: Vec<Target> = dedup(&command.users)
+            .map(Target::User)
+            .chain(dedup(&command.groups).map(Target::Group))
+            .collect();
+        if targets.is_empty() || targets.len() > MAX_NOTICE_TARGETS {
+            return Err(invalid(
+                "user_ids",
+                format!("user_ids and group_ids must hold 1–{MAX_NOTICE_TARGETS} targets"),
+            ));
+        }
+        if let Some(bad) = targets.iter().find(|t| target_id(**t) <= 0) {
+            let field = if matches!(bad, Target::User(_)) {
+                "user_ids"
+            } else {
+                "group_ids"
+            };
+            return Err(invalid(field, "must be ids"));
+        }
+        let content = self.checked_content(Sender::System, command.content)?;
+        let users: Vec<i64> = targets
+            .iter()
+            .filter_map(|t| match t {
+                Target::User(u) => Some(*u),
+                Target::Group(_) => None,
+            })
+            .collect();
+        let existing: HashSet<i64> = if users.is_empty() {
+            HashSet::new()
+        } else {
+            let found = self.peers.relations.existing(&users).await;
+            found.map_err(Error::Directory)?.into_iter().collect()
+        };
+        let outcomes = stream::iter(targets)
+            .map(|target| {
+                let content = content.clone();
+                let existing = &existing;
+                async move {
+                    let result = match target {
+                        Target::User(u) if !existing.contains(&u) => Err(Error::UnknownUser(u)),
+                        _ => self.notice_one(key, target, content).await,
+                    };
+                    NoticeOutcome { target, result }
+                }
+            })
+            .buffered(NOTICE_CONCURRENCY)
+            .collect()
+            .await;
+        Ok(outcomes)
+    }
+
+    async fn notice_one(&self, key: &str, target: Target, content: Content) -> Result<Sent, Error> {
+        let conversation = match target {
+            Target::User(u) => Conversation::Notices(u),
+            Target::Group(g) => Conversation::Group(g),
+        };
+        let key = format!("{key}#{}", conversation.id());
+        if let Some(sent) = self.earlier(Sender::System, &key).await? {
+            return Ok(sent);
+        }
+        let recipients = match target {
+            Target::User(u) => vec![u],
+            Target::Group(g) => self.group_recipients(g, Sender::System, 0).await?,
+        };
+        let message = self.compose(
+            Sender::System,
+            key,
+            conversation.id(),
+            content,
+            Mentions::default(),
+        );
+        self.commit(message, &recipients).await
+    }
+
+    fn checked_content(&self, sender: Sender, content: Option<Content>) -> Result<Content, Error> {
+        let content = content.ok_or_else(|| invalid("content", "must be set"))?;
+        content.validate(self.limits.max_content_bytes)?;
+        if content.is_notice() && sender != Sender::System {
+            return Err(Error::NoticeForbidden);
+        }
+        Ok(content)
+    }
+
+    /// The stored answer to an earlier send with this key, marked as a duplicate.
+    async fn earlier(&self, sender: Sender, client_msg_id: &str) -> Result<Option<Sent>, Error> {
+        let found = self.store.find_sent(sender.id(), client_msg_id).await?;
+        Ok(found.map(|sent| Sent {
+            duplicate: true,
+            ..sent
+        }))
+    }
+
+    fn compose(
+        &self,
+        sender: Sender,
+        client_msg_id: String,
+        conversation_id: ConversationId,
+        content: Content,
+        mentions: Mentions,
+    ) -> Message {
+        Message {
+            msg_id: self.ids.next_id(),
+            conversation_id,
+            seq: 0,
+            sender_id: sender.id(),
+            client_msg_id,
+            content,
+            mentions,
+            server_time_ms: imesh_kit::ids::unix_ms(),
+            recalled_by: 0,
+            recalled_at_ms: 0,
+        }
+    }
+
+    /// Allocates the message's seq and stores it with its outbox event.
+    async fn commit(&self, mut message: Message, recipients: &[i64]) -> Result<Sent, Error> {
+        message.seq = self
+            .seqs
+            .next(&crate::keys::conversation_seq(&message.conversation_id))
+            .await?;
+        let event = OutboxRow {
+            id: message.msg_id,
+            payload: (self.encode.message)(&message, recipients),
+        };
+        match self.store.append(&message, event).await {
+            Ok(()) => {}
+            // A concurrent retry of the same send won the race: answer with its result.
+            Err(StoreError::Conflict(_)) => {
+                let sender = message.sender_id;
+                if let Some(sent) = self.store.find_sent(sender, &message.client_msg_id).await? {
+                    return Ok(Sent {
+                        duplicate: true,
+                        ..sent
+                    });
+                }
+                return Err(StoreError::Conflict("message".into()).into());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.relay.notify_one();
+        Ok(Sent::of(&message))
+    }
+
+    /// Decides whether `sender` may write to `to`; returns the conversation and recipients.
+    async fn gate(
+        &self,
+        sender: Sender,
+        to: Target,
+        mentions: &Mentions,
+    ) -> Result<(ConversationId, Vec<i64>), Error> {
+        match (to, sender) {
+            (Target::User(peer), _) if peer <= 0 => Err(invalid("user_id", "must be a user id")),
+            (Target::Group(group), _) if group <= 0 => {
+                Err(invalid("group_id", "must be a group id"))
+            }
+            (Target::User(peer), Sender::System) => {
+                let found = self.peers.relations.existing(&[peer]).await;
+                if found.map_err(Error::Directory)?.is_empty() {
+                    return Err(Error::UnknownUser(peer));
+                }
+                Ok((Conversation::Notices(peer).id(), vec![peer]))
+            }
+            (Target::User(peer), Sender::User(me)) => {
+                if peer == me {
+                    return Err(invalid("user_id", "cannot message yourself"));
+                }
+                let relation = self.peers.relations.relation(me, peer).await;
+                self.allowed(peer, relation.map_err(Error::Directory)?)?;
+                Ok((direct_conversation(me, peer), vec![me, peer]))
+            }
+            (Target::Group(group), _) => {
+                let needs = if mentions.all { AT_ALL } else { 0 };
+                let recipients = self.group_recipients(group, sender, needs).await?;
+                if let Some(stranger) = mentions.users.iter().find(|u| !recipients.contains(u)) {
+                    return Err(invalid(
+                        "mentioned_user_ids",
+                        format!("user {stranger} is not a member of this group"),
+                    ));
+                }
+                Ok((Conversation::Group(group).id(), recipients))
+            }
+        }
+    }
+
+    async fn group_recipients(
+        &self,
+        group: i64,
+        sender: Sender,
+        needs: u32,
+    ) -> Result<Vec<i64>, Error> {
+        self.peers
+            .groups
+            .recipients(group, sender, needs)
+            .await
+            .map_err(Error::Directory)?
+            .map_err(|(why, message)| Error::GroupRefused(why, message))
+    }
+
+    /// The direct-send rules: the peer exists, neither blocked the other, and the policy.
+    fn allowed(&self, peer: i64, relation: PeerRelation) -> Result<(), Error> {
+        if !relation.exists {
+            return Err(Error::UnknownUser(peer));
+        }
+        if relation.peer_blocked_sender {
+            return Err(Error::Refused("this user does not accept your messages"));
+        }
+        if relation.sender_blocked_peer {
+            return Err(Error::Refused(
+                "you blocked this user; unblock them to send",
+            ));
+        }
+        if self.limits.direct_policy == DirectPolicy::FriendsOnly && !relation.peer_lists_sender {
+            return Err(Error::Refused("only friends may message this user"));
+        }
+        Ok(())
+    }
+}
+
+/// Mentions deduplicated and bounded; only group messages mention anyone.
+fn checked_mentions(mut mentions: Mentions, to: Target) -> Result<Mentions, Error> {
+    if mentions.is_empty() {
+        return Ok(mentions);
+    }
+    if matches!(to, Target::User(_)) {
+        return Err(invalid(
+            "mentioned_user_ids",
+            "only group messages mention members",
+        ));
+    }
+    mentions.users.sort_unstable();
+    mentions.users.dedup();
+    if mentions.users.len() > MAX_MENTIONS {
+        return Err(invalid(
+            "mentioned_user_ids",
+            format!("at most {MAX_MENTIONS} users"),
+        ));
+    }
+    if mentions.users.iter().any(|u| *u <= 0) {
+        return Err(invalid("mentioned_user_ids", "must be user ids"));
+    }
+    Ok(mentions)
+}
+
+fn target_id(target: Target) -> i64 {
+    match target {
+        Target::User(id) | Target::Group(id) => id,
+    }
+}
+
+/// The ids in their first order, each once.
+fn dedup(ids: &[i64]) -> impl Iterator<Item = i64> + '_ {
+    let mut seen = HashSet::new();
+    ids.iter().copied().filter(move |id| seen.insert(*id))
+}
