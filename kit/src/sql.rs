@@ -79,6 +79,31 @@ pub fn upsert_max(
     max_columns: &[&str],
     rows: Vec<Vec<sea_orm::Value>>,
 ) -> sea_orm::Statement {
+    let merges: Vec<Merge<'_>> = max_columns.iter().map(|c| Merge::Greatest(c)).collect();
+    upsert(backend, table, columns, key, &merges, rows)
+}
+
+/// What an upsert does to a column of a row that already exists.
+#[derive(Debug, Clone, Copy)]
+pub enum Merge<'a> {
+    /// Keeps the greater of the stored and the new value.
+    Greatest(&'a str),
+    /// Takes the new value when the new `by` is greater than the stored `by` (e.g. the last
+    /// message of a conversation, by seq). `by` itself must be merged with `Greatest`.
+    NewerBy { column: &'a str, by: &'a str },
+}
+
+/// `INSERT rows … ON CONFLICT (key)` merging the columns `merges` names, or doing nothing
+/// when `merges` is empty (insert-if-absent), for whichever backend `backend` is. The rows
+/// must not repeat a key (PostgreSQL refuses to touch a row twice in one statement).
+pub fn upsert(
+    backend: sea_orm::DatabaseBackend,
+    table: &str,
+    columns: &[&str],
+    key: &[&str],
+    merges: &[Merge<'_>],
+    rows: Vec<Vec<sea_orm::Value>>,
+) -> sea_orm::Statement {
     use sea_orm::DatabaseBackend::{MySql, Postgres};
     let mut values = Vec::with_capacity(rows.len() * columns.len());
     let mut tuples = Vec::with_capacity(rows.len());
@@ -93,21 +118,49 @@ pub fn upsert_max(
         tuples.push(format!("({})", marks.join(", ")));
         values.extend(row);
     }
-    let greatest = |col: &str| match backend {
-        MySql => format!("{col} = GREATEST({col}, VALUES({col}))"),
-        Postgres => format!("{col} = GREATEST({table}.{col}, excluded.{col})"),
-        _ => format!("{col} = max({table}.{col}, excluded.{col})"),
+    // (stored, new) spellings of a column. MySQL evaluates assignments left to right, each
+    // seeing the ones before, so every NewerBy goes before the Greatest it compares with.
+    let old = |col: &str| match backend {
+        MySql => col.to_owned(),
+        _ => format!("{table}.{col}"),
     };
-    let updates: Vec<String> = max_columns.iter().map(|c| greatest(c)).collect();
-    let conflict = match backend {
-        MySql => "ON DUPLICATE KEY UPDATE".to_owned(),
-        _ => format!("ON CONFLICT ({}) DO UPDATE SET", key.join(", ")),
+    let new = |col: &str| match backend {
+        MySql => format!("VALUES({col})"),
+        _ => format!("excluded.{col}"),
+    };
+    let greatest = match backend {
+        MySql | Postgres => "GREATEST",
+        _ => "max",
+    };
+    let mut ordered: Vec<&Merge<'_>> = merges.iter().collect();
+    ordered.sort_by_key(|m| matches!(m, Merge::Greatest(_)));
+    let updates: Vec<String> = ordered
+        .into_iter()
+        .map(|merge| match *merge {
+            Merge::Greatest(col) => format!("{col} = {greatest}({}, {})", old(col), new(col)),
+            Merge::NewerBy { column, by } => format!(
+                "{column} = CASE WHEN {} > {} THEN {} ELSE {} END",
+                new(by),
+                old(by),
+                new(column),
+                old(column)
+            ),
+        })
+        .collect();
+    let conflict = match (backend, updates.is_empty()) {
+        (MySql, true) => format!("ON DUPLICATE KEY UPDATE {0} = {0}", key[0]),
+        (MySql, false) => format!("ON DUPLICATE KEY UPDATE {}", updates.join(", ")),
+        (_, true) => format!("ON CONFLICT ({}) DO NOTHING", key.join(", ")),
+        (_, false) => format!(
+            "ON CONFLICT ({}) DO UPDATE SET {}",
+            key.join(", "),
+            updates.join(", ")
+        ),
     };
     let sql = format!(
-        "INSERT INTO {table} ({}) VALUES {} {conflict} {}",
+        "INSERT INTO {table} ({}) VALUES {} {conflict}",
         columns.join(", "),
         tuples.join(", "),
-        updates.join(", ")
     );
     sea_orm::Statement::from_sql_and_values(backend, sql, values)
 }

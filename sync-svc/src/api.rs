@@ -7,7 +7,9 @@ use imesh_protos::sync::{self as pb, sync_service_server::SyncService};
 use prost::Message as _;
 use tonic::{Request, Response, Status};
 
-use crate::domain::{Entry, Error, Inboxes, IncomingEvent};
+use crate::domain::{
+    Change, ConversationView, Entry, Error, Inboxes, IncomingEvent, Mark, ReadMark,
+};
 
 pub struct SyncApi {
     inboxes: Arc<Inboxes>,
@@ -78,6 +80,119 @@ impl SyncService for SyncApi {
             acked_sync_seq: acked,
         }))
     }
+
+    async fn mark_read(
+        &self,
+        request: Request<pb::MarkReadRequest>,
+    ) -> Result<Response<pb::MarkReadResponse>, Status> {
+        let user = identity::actor(&request)?.user()?;
+        let marks = request
+            .into_inner()
+            .marks
+            .into_iter()
+            .map(|m| ReadMark {
+                conversation_id: m.conversation_id,
+                read_seq: m.read_seq,
+            })
+            .collect();
+        let stored = self.inboxes.mark_read(user, marks).await.map_err(status)?;
+        Ok(Response::new(pb::MarkReadResponse {
+            marks: stored
+                .into_iter()
+                .map(|m| pb::ReadMark {
+                    conversation_id: m.conversation_id,
+                    read_seq: m.read_seq,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn conversations(
+        &self,
+        request: Request<pb::ConversationsRequest>,
+    ) -> Result<Response<pb::ConversationsResponse>, Status> {
+        let user = identity::actor(&request)?.user()?;
+        let pb::ConversationsRequest { page_token, limit } = request.into_inner();
+        let page = self
+            .inboxes
+            .conversations(user, &page_token, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ConversationsResponse {
+            conversations: page
+                .conversations
+                .into_iter()
+                .map(conversation_to_proto)
+                .collect::<Result<_, _>>()?,
+            next_page_token: page.next.map(|c| c.token()).unwrap_or_default(),
+            total_unread: page.total_unread,
+        }))
+    }
+}
+
+/// The encoded ReadMoved event (the domain's [`crate::domain::EncodeRead`]).
+pub fn encode_read(conversation_id: &str, user: i64, read_seq: i64) -> bytes::Bytes {
+    pb::SyncEvent {
+        kind: Some(pb::sync_event::Kind::Read(pb::ReadMoved {
+            conversation_id: conversation_id.to_owned(),
+            user_id: user,
+            read_seq,
+        })),
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// What a message or recall event does to its conversation's state.
+fn mark_of(event: &pb::SyncEvent) -> Option<Mark> {
+    use pb::sync_event::Kind;
+    match event.kind.as_ref()? {
+        Kind::Message(m) => Some(Mark {
+            conversation_id: m.conversation_id.clone(),
+            seq: m.seq,
+            change: Change::Message {
+                sender: m.sender_id,
+                time_ms: m.server_time_ms,
+                mentioned: m.mentioned_user_ids.clone(),
+                mention_all: m.mention_all,
+            },
+        }),
+        Kind::Recalled(r) => Some(Mark {
+            conversation_id: r.conversation_id.clone(),
+            seq: r.seq,
+            change: Change::Recall {
+                by: r.recalled_by,
+                at_ms: r.recalled_at_ms,
+            },
+        }),
+        _ => None,
+    }
+}
+
+fn conversation_to_proto(view: ConversationView) -> Result<pb::Conversation, Status> {
+    let unread = view.unread();
+    let event = pb::SyncEvent::decode(view.last_event).map_err(|e| error::internal(&e))?;
+    let last_message = match event.kind {
+        Some(pb::sync_event::Kind::Message(mut m)) => {
+            if view.last_recalled_by != 0 {
+                m.content = None;
+                m.recalled_by = view.last_recalled_by;
+                m.recalled_at_ms = view.last_recalled_at_ms;
+            }
+            Some(m)
+        }
+        _ => None,
+    };
+    Ok(pb::Conversation {
+        conversation_id: view.conversation_id,
+        latest_seq: view.latest_seq,
+        read_seq: view.read_seq,
+        unread,
+        mentioned: view.mentioned,
+        last_message,
+        updated_at_ms: view.updated_at_ms,
+        peer_read_seq: view.peer_read_seq,
+    })
 }
 
 fn event_from_proto(fanout: pb::Fanout) -> Result<IncomingEvent, Status> {
@@ -93,6 +208,7 @@ fn event_from_proto(fanout: pb::Fanout) -> Result<IncomingEvent, Status> {
         event_id,
         recipients: recipient_ids,
         payload: event.encode_to_vec().into(),
+        mark: mark_of(&event),
     })
 }
 

@@ -1,5 +1,6 @@
 //! Per-user inboxes: write fanout of events into one ordered stream per user, catch-up
-//! pulls after a cursor, cumulative device acks. No tonic or sea-orm types here.
+//! pulls after a cursor, cumulative device acks; conversation state in [`reads`]. No tonic
+//! or sea-orm types here.
 
 use std::{collections::HashSet, sync::Arc};
 
@@ -8,12 +9,18 @@ use imesh_kit::{error::StoreError, ids::Snowflake, seq::SeqAllocator};
 
 use crate::store::{InboxStore, StoredEvent};
 
+mod reads;
+
+pub use reads::{Change, ConversationPage, ConversationView, Cursor, EncodeRead, Mark, ReadMark};
+
 /// An event to append to the inboxes of `recipients`; `payload` is an encoded SyncEvent.
 #[derive(Debug, Clone)]
 pub struct IncomingEvent {
     pub event_id: String,
     pub recipients: Vec<i64>,
     pub payload: Bytes,
+    /// What the event does to its conversation's state (messages and recalls).
+    pub mark: Option<Mark>,
 }
 
 /// One inbox entry.
@@ -59,6 +66,7 @@ pub struct Inboxes {
     seqs: Arc<SeqAllocator>,
     ids: Arc<Snowflake>,
     notifier: Arc<dyn Notifier>,
+    encode_read: EncodeRead,
 }
 
 impl Inboxes {
@@ -67,12 +75,14 @@ impl Inboxes {
         seqs: Arc<SeqAllocator>,
         ids: Arc<Snowflake>,
         notifier: Arc<dyn Notifier>,
+        encode_read: EncodeRead,
     ) -> Self {
         Self {
             store,
             seqs,
             ids,
             notifier,
+            encode_read,
         }
     }
 
@@ -116,6 +126,7 @@ impl Inboxes {
                 event_id: event.event_id,
                 payload: event.payload,
                 entries: recipients.into_iter().zip(seqs).collect(),
+                mark: event.mark,
             });
         }
         let appended = stored.len() as u32;

@@ -86,6 +86,7 @@ impl Service {
             Arc::new(seqs),
             Arc::new(Snowflake::new(node_id)),
             Arc::new(notifier),
+            api::encode_read,
         );
         Ok(Self {
             config,

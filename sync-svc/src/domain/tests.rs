@@ -1,5 +1,7 @@
 //! Fanout, replay and pull over a real SQLite store with in-process counters.
 
+mod reads;
+
 use parking_lot::Mutex;
 
 use imesh_kit::{
@@ -41,6 +43,7 @@ async fn inboxes() -> (Inboxes, Arc<Recorder>) {
         Arc::new(seqs),
         Arc::new(Snowflake::new(0)),
         recorder.clone(),
+        crate::api::encode_read,
     );
     (inboxes, recorder)
 }
@@ -50,6 +53,7 @@ fn event(id: &str, recipients: &[i64]) -> IncomingEvent {
         event_id: id.into(),
         recipients: recipients.to_vec(),
         payload: Bytes::from(id.to_owned()),
+        mark: None,
     }
 }
 

@@ -1,12 +1,12 @@
 //! The storage port of sync-svc. Adapter: [`sql`] (sea-orm: SQLite, PostgreSQL, MySQL).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use imesh_kit::error::StoreError;
 
-use crate::domain::Entry;
+use crate::domain::{ConversationView, Cursor, Entry, Mark};
 
 pub mod sql;
 
@@ -18,19 +18,45 @@ pub struct StoredEvent {
     pub payload: Bytes,
     /// `(user, sync_seq)` per recipient.
     pub entries: Vec<(i64, i64)>,
+    pub mark: Option<Mark>,
 }
 
 #[async_trait]
 pub trait InboxStore: Send + Sync + 'static {
     /// The ids among `event_ids` already appended.
     async fn known_events(&self, event_ids: &[&str]) -> Result<HashSet<String>, StoreError>;
-    /// Stores the events and their inbox entries in one transaction. MUST fail with
-    /// `Conflict`, storing nothing, when an event id or a `(user, sync_seq)` already exists.
+    /// Stores the events and their inbox entries in one transaction, with what their marks
+    /// do to conversation state: a message raises the conversation's latest seq (its last
+    /// message follows the highest seq), gives every recipient a read state starting just
+    /// before it, raises the sender's read seq to it and flags the mentioned; a recall of the
+    /// latest message marks it recalled. MUST fail with `Conflict`, storing nothing, when an
+    /// event id or a `(user, sync_seq)` already exists.
     async fn append(&self, events: &[StoredEvent]) -> Result<(), StoreError>;
     /// Up to `limit` of `user`'s entries with `sync_seq > after`, in order.
     async fn entries(&self, user: i64, after: i64, limit: u32) -> Result<Vec<Entry>, StoreError>;
     /// Raises the device's cursor to at least `sync_seq` and returns the stored value.
     async fn ack(&self, user: i64, device: &str, sync_seq: i64) -> Result<i64, StoreError>;
+    /// `(conversation, read_seq, latest_seq)` of each of `conversations` `user` has a read
+    /// state in.
+    async fn read_states(
+        &self,
+        user: i64,
+        conversations: &[&str],
+    ) -> Result<Vec<(String, i64, i64)>, StoreError>;
+    /// Raises `user`'s read seq in each conversation to at least the given seq.
+    async fn raise_read(&self, user: i64, marks: &[(String, i64)]) -> Result<(), StoreError>;
+    /// Up to `limit` of `user`'s conversations after `after`, by last activity, newest first
+    /// (`peer_read_seq` left 0).
+    async fn conversations(
+        &self,
+        user: i64,
+        after: Option<&Cursor>,
+        limit: u32,
+    ) -> Result<Vec<ConversationView>, StoreError>;
+    /// The read seq of each `(user, conversation)`, by conversation.
+    async fn read_seqs(&self, of: &[(i64, String)]) -> Result<HashMap<String, i64>, StoreError>;
+    /// The sum of `user`'s unread counts.
+    async fn total_unread(&self, user: i64) -> Result<i64, StoreError>;
 }
 
 #[cfg(test)]

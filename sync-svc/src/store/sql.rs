@@ -1,6 +1,9 @@
 //! The sea-orm adapter of [`InboxStore`] and sync-svc's migrations.
 
-use std::collections::HashSet;
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use async_trait::async_trait;
 use imesh_kit::error::StoreError;
@@ -8,7 +11,9 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::{InboxStore, StoredEvent};
-use crate::domain::Entry;
+use crate::domain::{ConversationView, Cursor, Entry};
+
+mod reads;
 
 #[derive(Iden)]
 enum SyncEvents {
@@ -40,11 +45,15 @@ const CHUNK: usize = 1000;
 #[derive(Clone)]
 pub struct SqlInboxStore {
     db: DatabaseConnection,
+    known: Arc<reads::KnownStates>,
 }
 
 impl SqlInboxStore {
     pub fn new(db: DatabaseConnection) -> Self {
-        Self { db }
+        Self {
+            db,
+            known: Arc::default(),
+        }
     }
 }
 
@@ -100,7 +109,9 @@ impl InboxStore for SqlInboxStore {
             }
             txn.execute(&insert).await?;
         }
+        let created = reads::apply_marks(&txn, events, &self.known).await?;
         txn.commit().await?;
+        self.known.remember(&created);
         Ok(())
     }
 
@@ -155,6 +166,35 @@ impl InboxStore for SqlInboxStore {
             .ok_or(StoreError::NotFound)?;
         Ok(row.try_get("", "acked_seq")?)
     }
+
+    async fn read_states(
+        &self,
+        user: i64,
+        conversations: &[&str],
+    ) -> Result<Vec<(String, i64, i64)>, StoreError> {
+        reads::read_states(&self.db, user, conversations).await
+    }
+
+    async fn raise_read(&self, user: i64, marks: &[(String, i64)]) -> Result<(), StoreError> {
+        reads::raise_read(&self.db, user, marks).await
+    }
+
+    async fn conversations(
+        &self,
+        user: i64,
+        after: Option<&Cursor>,
+        limit: u32,
+    ) -> Result<Vec<ConversationView>, StoreError> {
+        reads::conversations(&self.db, user, after, limit).await
+    }
+
+    async fn read_seqs(&self, of: &[(i64, String)]) -> Result<HashMap<String, i64>, StoreError> {
+        reads::read_seqs(&self.db, of).await
+    }
+
+    async fn total_unread(&self, user: i64) -> Result<i64, StoreError> {
+        reads::total_unread(&self.db, user).await
+    }
 }
 
 pub struct Migrator;
@@ -162,7 +202,11 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(imesh_kit::seq::Migration), Box::new(CreateInboxes)]
+        vec![
+            Box::new(imesh_kit::seq::Migration),
+            Box::new(CreateInboxes),
+            Box::new(reads::CreateConversationState),
+        ]
     }
 
     fn migration_table_name() -> DynIden {

@@ -3,6 +3,7 @@
 use imesh_kit::testing;
 
 use super::{sql::SqlInboxStore, *};
+use crate::domain::Change;
 
 async fn stores() -> Vec<(testing::Backend, SqlInboxStore)> {
     let mut out = Vec::new();
@@ -22,7 +23,40 @@ fn event(id: i64, entries: &[(i64, i64)]) -> StoredEvent {
         event_id: format!("e{id}"),
         payload: Bytes::from(vec![id as u8; 4]),
         entries: entries.to_vec(),
+        mark: None,
     }
+}
+
+/// Event `id`: message `seq` of `conversation` from `sender` to `recipients`.
+fn message(id: i64, conversation: &str, seq: i64, sender: i64, recipients: &[i64]) -> StoredEvent {
+    let entries: Vec<(i64, i64)> = recipients.iter().map(|u| (*u, id)).collect();
+    StoredEvent {
+        mark: Some(Mark {
+            conversation_id: conversation.into(),
+            seq,
+            change: Change::Message {
+                sender,
+                time_ms: 1_000 + id,
+                mentioned: vec![],
+                mention_all: false,
+            },
+        }),
+        ..event(id, &entries)
+    }
+}
+
+fn summary(views: &[ConversationView]) -> Vec<(String, i64, i64, bool)> {
+    views
+        .iter()
+        .map(|v| {
+            (
+                v.conversation_id.clone(),
+                v.latest_seq,
+                v.read_seq,
+                v.mentioned,
+            )
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -88,5 +122,132 @@ async fn device_cursors_never_move_back() {
         assert_eq!(store.ack(7, "phone", 3).await.unwrap(), 5, "{backend:?}");
         assert_eq!(store.ack(7, "laptop", 1).await.unwrap(), 1, "{backend:?}");
         assert_eq!(store.ack(7, "phone", 9).await.unwrap(), 9, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn messages_move_conversation_state_monotonically_whatever_order_they_arrive_in() {
+    for (backend, store) in stores().await {
+        // Seq 2 lands before seq 1 (two relays racing); then 3 in the same batch as a replay
+        // of an older one.
+        store
+            .append(&[message(2, "d:1:2", 2, 1, &[1, 2])])
+            .await
+            .unwrap();
+        store
+            .append(&[message(1, "d:1:2", 1, 2, &[1, 2])])
+            .await
+            .unwrap();
+        let views = store.conversations(2, None, 10).await.unwrap();
+        assert_eq!(
+            summary(&views),
+            vec![("d:1:2".into(), 2, 1, false)],
+            "{backend:?}"
+        );
+        assert_eq!(
+            views[0].last_event,
+            Bytes::from(vec![2u8; 4]),
+            "{backend:?}"
+        );
+        assert_eq!(views[0].updated_at_ms, 1_002, "{backend:?}");
+        assert_eq!(
+            summary(&store.conversations(1, None, 10).await.unwrap()),
+            vec![("d:1:2".into(), 2, 2, false)],
+            "the sender of seq 2 has read it: {backend:?}"
+        );
+        let mut mention = message(3, "g:7", 5, 1, &[1, 2, 3]);
+        if let Some(Mark {
+            change: Change::Message { mentioned, .. },
+            ..
+        }) = &mut mention.mark
+        {
+            mentioned.push(3);
+        }
+        store
+            .append(&[mention, message(4, "g:7", 4, 2, &[1, 2, 3])])
+            .await
+            .unwrap();
+        let for_3 = store.conversations(3, None, 10).await.unwrap();
+        assert_eq!(
+            summary(&for_3),
+            vec![("g:7".into(), 5, 3, true)],
+            "a first message starts the read state just before it: {backend:?}"
+        );
+        assert_eq!(store.total_unread(2).await.unwrap(), 1 + 1, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn read_seqs_only_rise_and_recalls_mark_only_the_latest_message() {
+    for (backend, store) in stores().await {
+        for seq in 1..=3 {
+            store
+                .append(&[message(seq, "d:1:2", seq, 1, &[1, 2])])
+                .await
+                .unwrap();
+        }
+        store.raise_read(2, &[("d:1:2".into(), 2)]).await.unwrap();
+        store.raise_read(2, &[("d:1:2".into(), 1)]).await.unwrap();
+        let states = store.read_states(2, &["d:1:2", "d:2:9"]).await.unwrap();
+        assert_eq!(states, vec![("d:1:2".into(), 2, 3)], "{backend:?}");
+        let peer = store.read_seqs(&[(1, "d:1:2".into())]).await.unwrap();
+        assert_eq!(peer.get("d:1:2"), Some(&3), "{backend:?}");
+        let recall = |id: i64, seq: i64| StoredEvent {
+            mark: Some(Mark {
+                conversation_id: "d:1:2".into(),
+                seq,
+                change: Change::Recall { by: 1, at_ms: 77 },
+            }),
+            ..event(id, &[(1, id), (2, id)])
+        };
+        store.append(&[recall(10, 2)]).await.unwrap();
+        let view = &store.conversations(2, None, 1).await.unwrap()[0];
+        assert_eq!(
+            view.last_recalled_by, 0,
+            "seq 2 is not the latest: {backend:?}"
+        );
+        store.append(&[recall(11, 3)]).await.unwrap();
+        let view = &store.conversations(2, None, 1).await.unwrap()[0];
+        assert_eq!(
+            (view.last_recalled_by, view.last_recalled_at_ms),
+            (1, 77),
+            "{backend:?}"
+        );
+        store
+            .append(&[message(12, "d:1:2", 4, 1, &[1, 2])])
+            .await
+            .unwrap();
+        let view = &store.conversations(2, None, 1).await.unwrap()[0];
+        assert_eq!(
+            (view.latest_seq, view.last_recalled_by),
+            (4, 0),
+            "{backend:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_conversation_list_pages_by_last_activity() {
+    for (backend, store) in stores().await {
+        for (id, conversation) in [(1, "d:1:2"), (2, "d:1:3"), (3, "g:5"), (4, "d:1:4")] {
+            store
+                .append(&[message(id, conversation, 1, 9, &[1])])
+                .await
+                .unwrap();
+        }
+        let first = store.conversations(1, None, 2).await.unwrap();
+        let ids = |v: &[ConversationView]| {
+            v.iter()
+                .map(|c| c.conversation_id.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&first), vec!["d:1:4", "g:5"], "{backend:?}");
+        let after = Cursor {
+            updated_at_ms: first[1].updated_at_ms,
+            conversation_id: first[1].conversation_id.clone(),
+        };
+        let rest = store.conversations(1, Some(&after), 10).await.unwrap();
+        assert_eq!(ids(&rest), vec!["d:1:3", "d:1:2"], "{backend:?}");
+        assert_eq!(store.total_unread(1).await.unwrap(), 4, "{backend:?}");
     }
 }

@@ -1,0 +1,202 @@
+//! Read watermarks, unread counts, mentions and the conversation list.
+
+use imesh_protos::sync as pb;
+use prost::Message as _;
+
+use super::*;
+
+/// Message `seq` of `conversation` from `sender` to `recipients`, optionally mentioning.
+fn message(
+    conversation: &str,
+    seq: i64,
+    sender: i64,
+    recipients: &[i64],
+    mentioned: &[i64],
+    mention_all: bool,
+) -> IncomingEvent {
+    IncomingEvent {
+        event_id: format!("m:{conversation}:{seq}"),
+        recipients: recipients.to_vec(),
+        payload: Bytes::from(format!("{conversation}#{seq}")),
+        mark: Some(Mark {
+            conversation_id: conversation.into(),
+            seq,
+            change: Change::Message {
+                sender,
+                time_ms: seq,
+                mentioned: mentioned.to_vec(),
+                mention_all,
+            },
+        }),
+    }
+}
+
+fn mark(conversation: &str, read_seq: i64) -> ReadMark {
+    ReadMark {
+        conversation_id: conversation.into(),
+        read_seq,
+    }
+}
+
+async fn unread(inboxes: &Inboxes, user: i64) -> Vec<(String, i64, bool)> {
+    let page = inboxes.conversations(user, "", 0).await.unwrap();
+    page.conversations
+        .iter()
+        .map(|c| (c.conversation_id.clone(), c.unread(), c.mentioned))
+        .collect()
+}
+
+/// The ReadMoved events in `user`'s inbox, as (conversation, reader, read_seq).
+async fn read_events(inboxes: &Inboxes, user: i64) -> Vec<(String, i64, i64)> {
+    let (entries, _) = inboxes.pull(user, 0, 500).await.unwrap();
+    entries
+        .iter()
+        .filter_map(
+            |e| match pb::SyncEvent::decode(e.payload.clone()).ok()?.kind? {
+                pb::sync_event::Kind::Read(r) => Some((r.conversation_id, r.user_id, r.read_seq)),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+#[tokio::test]
+async fn unread_is_latest_minus_read_and_marks_only_ever_raise_it_to_the_latest() {
+    let (inboxes, _) = inboxes().await;
+    for seq in 1..=3 {
+        let event = message("d:1:2", seq, 1, &[1, 2], &[], false);
+        inboxes.append(vec![event]).await.unwrap();
+    }
+    assert_eq!(unread(&inboxes, 2).await, vec![("d:1:2".into(), 3, false)]);
+    assert_eq!(
+        unread(&inboxes, 1).await,
+        vec![("d:1:2".into(), 0, false)],
+        "own messages are read"
+    );
+    let stored = inboxes.mark_read(2, vec![mark("d:1:2", 2)]).await.unwrap();
+    assert_eq!(stored, vec![mark("d:1:2", 2)]);
+    let stale = inboxes.mark_read(2, vec![mark("d:1:2", 1)]).await.unwrap();
+    assert_eq!(
+        stale,
+        vec![mark("d:1:2", 2)],
+        "a stale mark moves nothing back"
+    );
+    let ahead = inboxes
+        .mark_read(2, vec![mark("d:1:2", 99), mark("d:8:9", 5)])
+        .await
+        .unwrap();
+    assert_eq!(
+        ahead,
+        vec![mark("d:1:2", 3)],
+        "clamped to the latest; strangers left out"
+    );
+    let page = inboxes.conversations(2, "", 0).await.unwrap();
+    assert_eq!((page.conversations[0].unread(), page.total_unread), (0, 0));
+    let page = inboxes.conversations(1, "", 0).await.unwrap();
+    assert_eq!(
+        page.conversations[0].peer_read_seq, 3,
+        "the peer's watermark"
+    );
+}
+
+#[tokio::test]
+async fn a_moved_watermark_reaches_the_readers_devices_and_the_direct_peer_once_per_seq() {
+    let (inboxes, _) = inboxes().await;
+    inboxes
+        .append(vec![message("d:1:2", 1, 1, &[1, 2], &[], false)])
+        .await
+        .unwrap();
+    inboxes
+        .append(vec![message("g:7", 1, 1, &[1, 2, 3], &[], false)])
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        inboxes
+            .mark_read(2, vec![mark("d:1:2", 1), mark("g:7", 1)])
+            .await
+            .unwrap();
+    }
+    let mut own = read_events(&inboxes, 2).await;
+    own.sort();
+    assert_eq!(
+        own,
+        vec![("d:1:2".into(), 2, 1), ("g:7".into(), 2, 1)],
+        "replays dedup"
+    );
+    assert_eq!(read_events(&inboxes, 1).await, vec![("d:1:2".into(), 2, 1)]);
+    assert!(
+        read_events(&inboxes, 3).await.is_empty(),
+        "group reads stay private"
+    );
+}
+
+#[tokio::test]
+async fn mentions_and_at_all_flag_a_conversation_until_read_past_them() {
+    let (inboxes, _) = inboxes().await;
+    let members = [1, 2, 3, 4];
+    inboxes
+        .append(vec![message("g:7", 1, 1, &members, &[3], false)])
+        .await
+        .unwrap();
+    inboxes
+        .append(vec![message("g:7", 2, 2, &members, &[], true)])
+        .await
+        .unwrap();
+    assert_eq!(unread(&inboxes, 3).await, vec![("g:7".into(), 2, true)]);
+    assert_eq!(
+        unread(&inboxes, 1).await,
+        vec![("g:7".into(), 1, true)],
+        "@all"
+    );
+    assert_eq!(
+        unread(&inboxes, 2).await,
+        vec![("g:7".into(), 0, false)],
+        "sending reads up to it"
+    );
+    inboxes.mark_read(1, vec![mark("g:7", 2)]).await.unwrap();
+    assert_eq!(unread(&inboxes, 1).await, vec![("g:7".into(), 0, false)]);
+    // A member who joins later starts just before the first message they receive.
+    inboxes
+        .append(vec![message("g:7", 3, 1, &[1, 2, 3, 4, 5], &[], false)])
+        .await
+        .unwrap();
+    assert_eq!(unread(&inboxes, 5).await, vec![("g:7".into(), 1, false)]);
+}
+
+#[tokio::test]
+async fn the_list_pages_with_tokens_and_refuses_bad_ones_and_bad_marks() {
+    let (inboxes, _) = inboxes().await;
+    for (i, conversation) in ["d:1:2", "d:1:3", "g:4"].into_iter().enumerate() {
+        let event = message(conversation, i as i64 + 1, 9, &[1], &[], false);
+        inboxes.append(vec![event]).await.unwrap();
+    }
+    let first = inboxes.conversations(1, "", 2).await.unwrap();
+    let token = first.next.expect("a second page").token();
+    let second = inboxes.conversations(1, &token, 2).await.unwrap();
+    let ids: Vec<_> = first
+        .conversations
+        .iter()
+        .chain(&second.conversations)
+        .map(|c| c.conversation_id.as_str())
+        .collect();
+    assert_eq!(ids, vec!["g:4", "d:1:3", "d:1:2"]);
+    assert!(second.next.is_none());
+    assert_eq!(first.total_unread, 3);
+    for (token, limit, field) in [("nope", 0, "page_token"), ("", 101, "limit")] {
+        match inboxes.conversations(1, token, limit).await {
+            Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("expected invalid {field}, got {other:?}"),
+        }
+    }
+    let cases = [
+        (vec![], "marks"),
+        (vec![mark("", 1)], "marks.conversation_id"),
+        (vec![mark("d:1:2", -1)], "marks.read_seq"),
+    ];
+    for (marks, field) in cases {
+        match inboxes.mark_read(1, marks).await {
+            Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("expected invalid {field}, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! Conversation state in SQL: one `conversation_states` row per conversation (latest seq,
+//! last message, @all watermark) and one `read_states` row per member and conversation
+//! (read seq, mention watermark), written when the member's first message arrives.
+
+use std::collections::{HashMap, HashSet};
+
+use imesh_kit::{
+    error::StoreError,
+    sql::{Merge, upsert},
+};
+use parking_lot::Mutex;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, QueryResult};
+use sea_orm_migration::{prelude::*, schema::*};
+
+use super::CHUNK;
+use crate::{
+    domain::{Change, ConversationView, Cursor},
+    store::StoredEvent,
+};
+
+#[derive(Iden)]
+enum ConversationStates {
+    Table,
+    ConversationId,
+    MaxSeq,
+    LastEvent,
+    UpdatedAtMs,
+    MentionAllSeq,
+    LastRecalledBy,
+    LastRecalledAtMs,
+}
+
+#[derive(Iden)]
+enum ReadStates {
+    Table,
+    UserId,
+    ConversationId,
+    ReadSeq,
+    MentionSeq,
+}
+
+/// The `(user, conversation)` read states this process knows exist, so a message to a
+/// conversation's regulars writes no read-state rows. Only a hint: rows are insert-if-absent.
+#[derive(Default)]
+pub(super) struct KnownStates(Mutex<HashSet<(i64, u64)>>);
+
+/// Past this many pairs the hint starts over rather than grow without bound.
+const MAX_KNOWN: usize = 1 << 20;
+
+impl KnownStates {
+    fn key(user: i64, conversation_id: &str) -> (i64, u64) {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(conversation_id);
+        (user, hash)
+    }
+
+    fn contains(&self, user: i64, conversation_id: &str) -> bool {
+        self.0.lock().contains(&Self::key(user, conversation_id))
+    }
+
+    pub(super) fn remember(&self, pairs: &[(i64, String)]) {
+        let mut known = self.0.lock();
+        if known.len() + pairs.len() > MAX_KNOWN {
+            known.clear();
+        }
+        known.extend(pairs.iter().map(|(u, c)| Self::key(*u, c)));
+    }
+}
+
+/// Applies the events' marks inside their append transaction; returns the read states it
+/// created, to remember once the transaction commits.
+pub(super) async fn apply_marks(
+    txn: &DatabaseTransaction,
+    events: &[StoredEvent],
+    known: &KnownStates,
+) -> Result<Vec<(i64, String)>, DbErr> {
+    let backend = txn.get_database_backend();
+    let mut latest: HashMap<&str, (&StoredEvent, i64)> = HashMap::new();
+    let mut starts: HashMap<(i64, &str), i64> = HashMap::new();
+    let mut raised: HashMap<(i64, &str), (i64, i64)> = HashMap::new();
+    let mut recalls = Vec::new();
+    for event in events {
+        let Some(mark) = &event.mark else { continue };
+        let conversation = mark.conversation_id.as_str();
+        match &mark.change {
+            Change::Message {
+                sender,
+                time_ms,
+                mentioned,
+                ..
+            } => {
+                let newest = latest.entry(conversation).or_insert((event, *time_ms));
+                if mark.seq > newest.0.mark.as_ref().map_or(0, |m| m.seq) {
+                    *newest = (event, *time_ms);
+                }
+                for (user, _) in &event.entries {
+                    if !known.contains(*user, conversation) {
+                        let start = starts.entry((*user, conversation)).or_insert(i64::MAX);
+                        *start = std::cmp::min(*start, mark.seq - 1);
+                    }
+                }
+                let mut raise = |user: i64, read: i64, mention: i64| {
+                    let entry = raised.entry((user, conversation)).or_insert((0, 0));
+                    *entry = (
+                        std::cmp::max(entry.0, read),
+                        std::cmp::max(entry.1, mention),
+                    );
+                };
+                if *sender > 0 {
+                    raise(*sender, mark.seq, 0);
+                }
+                for user in mentioned {
+                    raise(*user, 0, mark.seq);
+                }
+            }
+            Change::Recall { by, at_ms } => recalls.push((conversation, mark.seq, *by, *at_ms)),
+        }
+    }
+    let rows: Vec<Vec<sea_orm::Value>> = latest
+        .iter()
+        .map(|(conversation, (event, time_ms))| {
+            let mark = event.mark.as_ref().expect("only marked events are latest");
+            let all = matches!(
+                mark.change,
+                Change::Message {
+                    mention_all: true,
+                    ..
+                }
+            );
+            vec![
+                (*conversation).into(),
+                mark.seq.into(),
+                event.payload.to_vec().into(),
+                (*time_ms).into(),
+                if all { mark.seq } else { 0 }.into(),
+                0i64.into(),
+                0i64.into(),
+            ]
+        })
+        .collect();
+    let newer = |column| Merge::NewerBy {
+        column,
+        by: "max_seq",
+    };
+    for chunk in rows.chunks(CHUNK / 7) {
+        let stmt = upsert(
+            backend,
+            "conversation_states",
+            &[
+                "conversation_id",
+                "max_seq",
+                "last_event",
+                "updated_at_ms",
+                "mention_all_seq",
+                "last_recalled_by",
+                "last_recalled_at_ms",
+            ],
+            &["conversation_id"],
+            &[
+                newer("last_event"),
+                newer("updated_at_ms"),
+                newer("last_recalled_by"),
+                newer("last_recalled_at_ms"),
+                Merge::Greatest("mention_all_seq"),
+                Merge::Greatest("max_seq"),
+            ],
+            chunk.to_vec(),
+        );
+        txn.execute_raw(stmt).await?;
+    }
+    let created: Vec<(i64, String)> = starts.keys().map(|(u, c)| (*u, (*c).to_owned())).collect();
+    let columns = ["user_id", "conversation_id", "read_seq", "mention_seq"];
+    let key = ["user_id", "conversation_id"];
+    let rows: Vec<Vec<sea_orm::Value>> = starts
+        .iter()
+        .map(|((user, c), start)| vec![(*user).into(), (*c).into(), (*start).into(), 0i64.into()])
+        .collect();
+    for chunk in rows.chunks(CHUNK / 4) {
+        let stmt = upsert(backend, "read_states", &columns, &key, &[], chunk.to_vec());
+        txn.execute_raw(stmt).await?;
+    }
+    let rows: Vec<Vec<sea_orm::Value>> = raised
+        .iter()
+        .map(|((user, c), (read, mention))| {
+            vec![
+                (*user).into(),
+                (*c).into(),
+                (*read).into(),
+                (*mention).into(),
+            ]
+        })
+        .collect();
+    let merges = [Merge::Greatest("read_seq"), Merge::Greatest("mention_seq")];
+    for chunk in rows.chunks(CHUNK / 4) {
+        let stmt = upsert(
+            backend,
+            "read_states",
+            &columns,
+            &key,
+            &merges,
+            chunk.to_vec(),
+        );
+        txn.execute_raw(stmt).await?;
+    }
+    for (conversation, seq, by, at_ms) in recalls {
+        let stmt = Query::update()
+            .table(ConversationStates::Table)
+            .value(ConversationStates::LastRecalledBy, by)
+            .value(ConversationStates::LastRecalledAtMs, at_ms)
+            .and_where(Expr::col(ConversationStates::ConversationId).eq(conversation))
+            .and_where(Expr::col(ConversationStates::MaxSeq).eq(seq))
+            .to_owned();
+        txn.execute(&stmt).await?;
+    }
+    Ok(created)
+}
+
+/// `read_states` joined with their conversation's state, for `user`.
+fn joined(user: i64) -> SelectStatement {
+    use ConversationStates as C;
+    use ReadStates as R;
+    Query::select()
+        .columns([
+            (R::Table, R::ConversationId),
+            (R::Table, R::ReadSeq),
+            (R::Table, R::MentionSeq),
+        ])
+        .columns([
+            (C::Table, C::MaxSeq),
+            (C::Table, C::LastEvent),
+            (C::Table, C::UpdatedAtMs),
+            (C::Table, C::MentionAllSeq),
+            (C::Table, C::LastRecalledBy),
+            (C::Table, C::LastRecalledAtMs),
+        ])
+        .from(R::Table)
+        .inner_join(
+            C::Table,
+            Expr::col((C::Table, C::ConversationId)).equals((R::Table, R::ConversationId)),
+        )
+        .and_where(Expr::col((R::Table, R::UserId)).eq(user))
+        .to_owned()
+}
+
+fn view(row: &QueryResult) -> Result<ConversationView, DbErr> {
+    let read_seq: i64 = row.try_get("", "read_seq")?;
+    let mention_seq: i64 = row.try_get("", "mention_seq")?;
+    let mention_all_seq: i64 = row.try_get("", "mention_all_seq")?;
+    Ok(ConversationView {
+        conversation_id: row.try_get("", "conversation_id")?,
+        latest_seq: row.try_get("", "max_seq")?,
+        read_seq,
+        mentioned: std::cmp::max(mention_seq, mention_all_seq) > read_seq,
+        last_event: row.try_get::<Vec<u8>>("", "last_event")?.into(),
+        updated_at_ms: row.try_get("", "updated_at_ms")?,
+        last_recalled_by: row.try_get("", "last_recalled_by")?,
+        last_recalled_at_ms: row.try_get("", "last_recalled_at_ms")?,
+        peer_read_seq: 0,
+    })
+}
+
+pub(super) async fn read_states(
+    db: &DatabaseConnection,
+    user: i64,
+    conversations: &[&str],
+) -> Result<Vec<(String, i64, i64)>, StoreError> {
+    let stmt = joined(user)
+        .and_where(
+            Expr::col((ReadStates::Table, ReadStates::ConversationId))
+                .is_in(conversations.iter().copied()),
+        )
+        .to_owned();
+    let rows = db.query_all(&stmt).await?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.try_get("", "conversation_id")?,
+                r.try_get("", "read_seq")?,
+                r.try_get("", "max_seq")?,
+            ))
+        })
+        .collect::<Result<_, DbErr>>()
+        .map_err(Into::into)
+}
+
+pub(super) async fn raise_read(
+    db: &DatabaseConnection,
+    user: i64,
+    marks: &[(String, i64)],
+) -> Result<(), StoreError> {
+    if marks.is_empty() {
+        return Ok(());
+    }
+    let rows = marks
+        .iter()
+        .map(|(c, seq)| vec![user.into(), c.clone().into(), (*seq).into(), 0i64.into()])
+        .collect();
+    let stmt = imesh_kit::sql::upsert_max(
+        db.get_database_backend(),
+        "read_states",
+        &["user_id", "conversation_id", "read_seq", "mention_seq"],
+        &["user_id", "conversation_id"],
+        &["read_seq"],
+        rows,
+    );
+    db.execute_raw(stmt).await?;
+    Ok(())
+}
+
+pub(super) async fn conversations(
+    db: &DatabaseConnection,
+    user: i64,
+    after: Option<&Cursor>,
+    limit: u32,
+) -> Result<Vec<ConversationView>, StoreError> {
+    use ConversationStates as C;
+    let mut stmt = joined(user);
+    if let Some(after) = after {
+        let at = Expr::col((C::Table, C::UpdatedAtMs));
+        stmt.cond_where(
+            Cond::any().add(at.clone().lt(after.updated_at_ms)).add(
+                Cond::all().add(at.eq(after.updated_at_ms)).add(
+                    Expr::col((C::Table, C::ConversationId)).lt(after.conversation_id.as_str()),
+                ),
+            ),
+        );
+    }
+    stmt.order_by((C::Table, C::UpdatedAtMs), Order::Desc)
+        .order_by((C::Table, C::ConversationId), Order::Desc)
+        .limit(u64::from(limit));
+    let rows = db.query_all(&stmt).await?;
+    rows.iter()
+        .map(view)
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
+}
+
+pub(super) async fn read_seqs(
+    db: &DatabaseConnection,
+    of: &[(i64, String)],
+) -> Result<HashMap<String, i64>, StoreError> {
+    use ReadStates as R;
+    if of.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut any = Cond::any();
+    for (user, conversation) in of {
+        any = any.add(
+            Cond::all()
+                .add(Expr::col(R::UserId).eq(*user))
+                .add(Expr::col(R::ConversationId).eq(conversation.as_str())),
+        );
+    }
+    let stmt = Query::select()
+        .columns([R::ConversationId, R::ReadSeq])
+        .from(R::Table)
+        .cond_where(any)
+        .to_owned();
+    let rows = db.query_all(&stmt).await?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.try_get("", "conversation_id")?,
+                r.try_get("", "read_seq")?,
+            ))
+        })
+        .collect::<Result<_, DbErr>>()
+        .map_err(Into::into)
+}
+
+pub(super) async fn total_unread(db: &DatabaseConnection, user: i64) -> Result<i64, StoreError> {
+    use ConversationStates as C;
+    let stmt = joined(user)
+        .and_where(
+            Expr::col((C::Table, C::MaxSeq))
+                .gt(Expr::col((ReadStates::Table, ReadStates::ReadSeq))),
+        )
+        .to_owned();
+    let rows = db.query_all(&stmt).await?;
+    let mut total = 0i64;
+    for row in &rows {
+        let latest: i64 = row.try_get("", "max_seq")?;
+        let read: i64 = row.try_get("", "read_seq")?;
+        total += latest - read;
+    }
+    Ok(total)
+}
+
+pub(super) struct CreateConversationState;
+
+impl MigrationName for CreateConversationState {
+    fn name(&self) -> &str {
+        "m20261202_000003_conversation_state"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CreateConversationState {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        use ConversationStates as C;
+        use ReadStates as R;
+        manager
+            .create_table(
+                Table::create()
+                    .table(C::Table)
+                    .if_not_exists()
+                    .col(string_len(C::ConversationId, 64).primary_key())
+                    .col(big_integer(C::MaxSeq))
+                    .col(blob(C::LastEvent))
+                    .col(big_integer(C::UpdatedAtMs))
+                    .col(big_integer(C::MentionAllSeq))
+                    .col(big_integer(C::LastRecalledBy))
+                    .col(big_integer(C::LastRecalledAtMs))
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_table(
+                Table::create()
+                    .table(R::Table)
+                    .if_not_exists()
+                    .col(big_integer(R::UserId))
+                    .col(string_len(R::ConversationId, 64))
+                    .col(big_integer(R::ReadSeq))
+                    .col(big_integer(R::MentionSeq))
+                    .primary_key(Index::create().col(R::UserId).col(R::ConversationId))
+                    .to_owned(),
+            )
+            .await
+    }
+}
