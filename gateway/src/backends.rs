@@ -12,7 +12,10 @@ use imesh_protos::{
     },
     notify::{Device, OfflineRequest, OnlineRequest, notify_service_client::NotifyServiceClient},
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
-    sync::{AckRequest, PullRequest, PullResponse, sync_service_client::SyncServiceClient},
+    sync::{
+        AckRequest, ConversationsRequest, ConversationsResponse, MarkReadRequest, MarkReadResponse,
+        PullRequest, PullResponse, sync_service_client::SyncServiceClient,
+    },
 };
 use tonic::{Status, transport::Channel};
 
@@ -100,6 +103,24 @@ impl Backends {
     ) -> Result<RecallResponse, Status> {
         let request = self.caller.request(Actor::User(user), request);
         Ok(self.message.clone().recall(request).await?.into_inner())
+    }
+
+    pub async fn mark_read(
+        &self,
+        user: i64,
+        request: MarkReadRequest,
+    ) -> Result<MarkReadResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self.sync.clone().mark_read(request).await?.into_inner())
+    }
+
+    pub async fn conversations(
+        &self,
+        user: i64,
+        request: ConversationsRequest,
+    ) -> Result<ConversationsResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self.sync.clone().conversations(request).await?.into_inner())
     }
 
     pub async fn ack(&self, user: i64, device_id: String, sync_seq: i64) -> Result<(), Status> {

@@ -19,7 +19,28 @@ pub fn encode(request_id: u64, body: Body) -> Bytes {
 
 /// An error frame; `fatal` frames are followed by the connection closing.
 pub fn error(request_id: u64, code: Code, message: impl Into<String>, fatal: bool) -> Bytes {
-    let message = message.into();
+    error_frame(request_id, code, message.into(), fatal, 0)
+}
+
+/// A service's answer to a client request, as an error frame (with the wait a rate limit
+/// asked for, from the `retry-after-ms` trailer).
+pub fn status(request_id: u64, status: &Status) -> Bytes {
+    let retry_after_ms = status
+        .metadata()
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    let message = status.message().to_owned();
+    error_frame(request_id, status.code(), message, false, retry_after_ms)
+}
+
+fn error_frame(
+    request_id: u64,
+    code: Code,
+    message: String,
+    fatal: bool,
+    retry_after_ms: u64,
+) -> Bytes {
     let field = if code == Code::InvalidArgument {
         message
             .split_once(": ")
@@ -36,13 +57,9 @@ pub fn error(request_id: u64, code: Code, message: impl Into<String>, fatal: boo
             message,
             field,
             fatal,
+            retry_after_ms,
         }),
     )
-}
-
-/// A service's answer to a client request, as an error frame.
-pub fn status(request_id: u64, status: &Status) -> Bytes {
-    error(request_id, status.code(), status.message(), false)
 }
 
 /// A push of inbox entries, byte-for-byte a `ServerFrame { push }`.

@@ -104,6 +104,16 @@ impl Session {
                 .recall(self.user(), request)
                 .await
                 .map(Body::Recall),
+            Some(In::MarkRead(request)) => self
+                .backends
+                .mark_read(self.user(), request)
+                .await
+                .map(Body::MarkRead),
+            Some(In::Conversations(request)) => self
+                .backends
+                .conversations(self.user(), request)
+                .await
+                .map(Body::Conversations),
             Some(In::Ack(pb::Ack { sync_seq })) => {
                 return match self
                     .backends

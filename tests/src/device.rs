@@ -89,6 +89,29 @@ impl Device {
         }
     }
 
+    /// Reads until the replies to every one of `request_ids` came (in any order); returns
+    /// them in the order asked, keeping pushes and other frames aside.
+    pub async fn replies(&mut self, request_ids: &[u64]) -> Vec<Body> {
+        let mut got = std::collections::HashMap::new();
+        while got.len() < request_ids.len() {
+            let frame = self
+                .read()
+                .await
+                .expect("connection open while waiting for replies");
+            match frame.body {
+                Some(body) if request_ids.contains(&frame.request_id) => {
+                    got.insert(frame.request_id, body);
+                }
+                Some(Body::Push(push)) => self.pushes.extend(push.entries),
+                _ => self.unsolicited.push_back(frame),
+            }
+        }
+        request_ids
+            .iter()
+            .map(|id| got.remove(id).expect("each reply"))
+            .collect()
+    }
+
     pub async fn auth(&mut self, token: &str, device_id: &str) -> Result<AuthOk, Error> {
         let auth = Auth {
             token: token.into(),

@@ -1,0 +1,291 @@
+//! The messaging core end to end through the gateway and gRPC: media and mentions reach
+//! members' devices, @all needs AT_ALL, the conversation list counts unread and flags
+//! mentions, a read on one device reaches the reader's other devices and the direct peer,
+//! internal callers send notices, and a flooding sender is rate-limited with a wait. Runs
+//! on every available store set.
+
+use imesh_kit::identity::Actor;
+use imesh_protos::{
+    gateway::{client_frame, server_frame::Body},
+    group::{CreateGroupRequest, group_service_client::GroupServiceClient},
+    message::{
+        Content, Media, Notice, SendNoticeRequest, SendRequest, content,
+        message_service_client::MessageServiceClient, send_request::To,
+    },
+    sync::{
+        Conversation, ConversationsRequest, MarkReadRequest, ReadMark, ReadMoved, sync_event::Kind,
+    },
+};
+use imesh_tests::{Device, Stores, TestCluster};
+use tonic::Code;
+
+fn content(kind: content::Kind) -> Option<Content> {
+    Some(Content { kind: Some(kind) })
+}
+
+fn text(text: &str) -> Option<Content> {
+    content(content::Kind::Text(imesh_protos::message::Text {
+        text: text.into(),
+    }))
+}
+
+/// The next pushed event matching `pick`, skipping others.
+async fn pushed<T>(device: &mut Device, pick: impl Fn(Kind) -> Option<T>) -> T {
+    loop {
+        if let Some(found) = device
+            .next_push()
+            .await
+            .event
+            .and_then(|e| e.kind)
+            .and_then(&pick)
+        {
+            return found;
+        }
+    }
+}
+
+async fn conversations(device: &mut Device) -> (Vec<Conversation>, i64) {
+    let id = device
+        .send_frame(client_frame::Body::Conversations(
+            ConversationsRequest::default(),
+        ))
+        .await;
+    match device.reply(id).await {
+        Body::Conversations(page) => (page.conversations, page.total_unread),
+        other => panic!("unexpected reply to conversations: {other:?}"),
+    }
+}
+
+fn find<'a>(list: &'a [Conversation], id: &str) -> &'a Conversation {
+    list.iter()
+        .find(|c| c.conversation_id == id)
+        .unwrap_or_else(|| panic!("{id} in {list:?}"))
+}
+
+async fn scenario(stores: Stores) {
+    let env = TestCluster::start(stores).await;
+    let (alice, alice_token) = env.user("alice").await;
+    let (bob, bob_token) = env.user("bob").await;
+    let (carol, carol_token) = env.user("carol").await;
+    let mut a = env.signed_in(&alice_token, "alice-phone").await;
+    let mut b = env.signed_in(&bob_token, "bob-phone").await;
+    let mut b2 = env.signed_in(&bob_token, "bob-laptop").await;
+    let mut c = env.signed_in(&carol_token, "carol-phone").await;
+    let create = CreateGroupRequest {
+        name: "design".into(),
+        member_ids: vec![bob, carol],
+        ..Default::default()
+    };
+    let group = GroupServiceClient::new(env.channel(env.cluster.addrs.group))
+        .create_group(env.caller.request(Actor::User(alice), create))
+        .await
+        .unwrap()
+        .into_inner()
+        .group
+        .unwrap()
+        .group_id;
+    let conversation = format!("g:{group}");
+
+    // An image mentioning carol reaches bob as sent; carol's list flags the mention.
+    let image = Media {
+        url: "https://cdn.example.com/mock.png".into(),
+        size_bytes: 48_213,
+        mime_type: "image/png".into(),
+        width: 800,
+        height: 600,
+        ..Media::default()
+    };
+    let Body::SendAck(sent) = a
+        .send(SendRequest {
+            client_msg_id: "img-1".into(),
+            to: Some(To::GroupId(group)),
+            content: content(content::Kind::Image(image.clone())),
+            mentioned_user_ids: vec![carol],
+            ..SendRequest::default()
+        })
+        .await
+    else {
+        panic!("{stores:?}: image send refused")
+    };
+    let got = pushed(&mut b, |k| match k {
+        Kind::Message(m) if m.seq == sent.seq => Some(m),
+        _ => None,
+    })
+    .await;
+    assert_eq!(
+        got.content,
+        content(content::Kind::Image(image)),
+        "{stores:?}"
+    );
+    assert_eq!(got.mentioned_user_ids, vec![carol], "{stores:?}");
+    pushed(&mut c, |k| {
+        matches!(k, Kind::Message(m) if m.seq == sent.seq).then_some(())
+    })
+    .await;
+    let (list, _) = conversations(&mut c).await;
+    let state = find(&list, &conversation);
+    assert_eq!((state.unread, state.mentioned), (1, true), "{stores:?}");
+
+    // @all needs AT_ALL: a plain member is refused, the owner is not.
+    let at_all = |client_msg_id: &str| SendRequest {
+        client_msg_id: client_msg_id.into(),
+        to: Some(To::GroupId(group)),
+        content: text("everyone: standup"),
+        mention_all: true,
+        ..SendRequest::default()
+    };
+    match c.send(at_all("all-c")).await {
+        Body::Error(e) => assert_eq!(e.code, Code::PermissionDenied as u32, "{stores:?}: {e:?}"),
+        other => panic!("{stores:?}: @all by a member went through: {other:?}"),
+    }
+    assert!(
+        matches!(a.send(at_all("all-a")).await, Body::SendAck(_)),
+        "{stores:?}"
+    );
+
+    // Direct: three messages, bob reads two on his phone; his laptop and alice hear of it.
+    for i in 0..3 {
+        let reply = a.send_text(bob, &format!("d{i}"), &format!("hi {i}")).await;
+        assert!(matches!(reply, Body::SendAck(_)), "{stores:?}: {reply:?}");
+    }
+    let direct = format!("d:{}:{}", alice.min(bob), alice.max(bob));
+    // Inbox appends trail the send acks: poll the list until all three are counted.
+    let deadline = tokio::time::Instant::now() + imesh_tests::PATIENCE;
+    let list = loop {
+        let (list, _) = conversations(&mut b).await;
+        if list
+            .iter()
+            .any(|c| c.conversation_id == direct && c.unread == 3)
+        {
+            break list;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{stores:?}: unread never reached 3"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        list[0].conversation_id, direct,
+        "{stores:?}: most recent first"
+    );
+    let mark = MarkReadRequest {
+        marks: vec![ReadMark {
+            conversation_id: direct.clone(),
+            read_seq: 2,
+        }],
+    };
+    let id = b.send_frame(client_frame::Body::MarkRead(mark)).await;
+    let Body::MarkRead(marked) = b.reply(id).await else {
+        panic!("{stores:?}: mark read refused")
+    };
+    assert_eq!(marked.marks[0].read_seq, 2, "{stores:?}");
+    let moved = |k| match k {
+        Kind::Read(r) => Some(r),
+        _ => None,
+    };
+    let expected = ReadMoved {
+        conversation_id: direct.clone(),
+        user_id: bob,
+        read_seq: 2,
+    };
+    assert_eq!(
+        pushed(&mut b2, moved).await,
+        expected,
+        "{stores:?}: bob's other device"
+    );
+    assert_eq!(
+        pushed(&mut a, moved).await,
+        expected,
+        "{stores:?}: the direct peer"
+    );
+    let (list, _) = conversations(&mut a).await;
+    assert_eq!(find(&list, &direct).peer_read_seq, 2, "{stores:?}");
+    let (list, total) = conversations(&mut b).await;
+    let group_unread = find(&list, &conversation).unread;
+    assert_eq!(
+        (find(&list, &direct).unread, total),
+        (1, 1 + group_unread),
+        "{stores:?}"
+    );
+
+    // An internal caller sends a notice to bob and to the group in one call.
+    let notice = content(content::Kind::Notice(Notice {
+        code: "maintenance".into(),
+        text: "Maintenance at 02:00".into(),
+        json: String::new(),
+    }));
+    let request = SendNoticeRequest {
+        client_msg_id: "maint-1".into(),
+        user_ids: vec![bob],
+        group_ids: vec![group],
+        content: notice.clone(),
+    };
+    let mut messages = MessageServiceClient::new(env.channel(env.cluster.addrs.message));
+    let results = messages
+        .send_notice(env.caller.request(Actor::System, request))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert!(
+        results.iter().all(|r| r.sent.is_some()),
+        "{stores:?}: {results:?}"
+    );
+    let mine = format!("s:{bob}");
+    let note = pushed(&mut b, |k| match k {
+        Kind::Message(m) if m.conversation_id == mine => Some(m),
+        _ => None,
+    })
+    .await;
+    assert_eq!(
+        (note.sender_id, note.content),
+        (0, notice.clone()),
+        "{stores:?}"
+    );
+    pushed(&mut c, |k| {
+        matches!(k, Kind::Message(m) if m.content == notice).then_some(())
+    })
+    .await;
+
+    // A flood (30 sends written at once) is cut at the per-user rate of 20/s with a wait.
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let flood = SendRequest {
+            client_msg_id: format!("flood-{i}"),
+            to: Some(To::UserId(alice)),
+            content: text("spam"),
+            ..SendRequest::default()
+        };
+        ids.push(c.send_frame(client_frame::Body::Send(flood)).await);
+    }
+    let mut limited = Vec::new();
+    for reply in c.replies(&ids).await {
+        match reply {
+            Body::SendAck(_) => {}
+            Body::Error(e) if e.code == Code::ResourceExhausted as u32 => limited.push(e),
+            other => panic!("{stores:?}: unexpected reply {other:?}"),
+        }
+    }
+    assert!(
+        !limited.is_empty(),
+        "{stores:?}: 30 sends at once were not limited"
+    );
+    assert!(
+        limited.len() <= 10,
+        "{stores:?}: the first 20 pass: {}",
+        limited.len()
+    );
+    assert!(
+        limited
+            .iter()
+            .all(|e| e.retry_after_ms > 0 && e.message.starts_with("user_id"))
+    );
+}
+
+#[tokio::test]
+async fn media_mentions_unread_reads_notices_and_rate_limits_work_end_to_end() {
+    for stores in Stores::available() {
+        scenario(stores).await;
+    }
+}
