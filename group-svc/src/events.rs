@@ -26,6 +26,7 @@ pub fn encode(event: &GroupEvent) -> Vec<u8> {
         event: Some(SyncEvent {
             kind: Some(Kind::Group(changed)),
         }),
+        ..Fanout::default()
     }
     .encode_to_vec()
 }

@@ -179,6 +179,7 @@ impl Cluster {
                 database: spec.sync_db.clone(),
                 redis: spec.redis.clone(),
                 notify_addr: addrs.notify.to_string(),
+                group_addr: addrs.group.to_string(),
                 ..Default::default()
             },
             auth,

@@ -11,8 +11,8 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     domain::{
-        Error, GroupRefusal, Mentions, Messages, NoticeCommand, NoticeOutcome, SendCommand, Sender,
-        Sent, Target,
+        Error, GroupRefusal, HistoryPage, Mentions, Messages, NoticeCommand, NoticeOutcome,
+        SendCommand, Sender, Sent, Target,
     },
     events::content_from_proto,
 };
@@ -94,10 +94,24 @@ impl MessageService for MessageApi {
             conversation_id,
             before_seq,
             limit,
+            after_seq,
         } = request.into_inner();
+        let page = match (before_seq, after_seq) {
+            (b, _) if b < 0 => return Err(error::invalid("before_seq", "must not be negative")),
+            (_, a) if a < 0 => return Err(error::invalid("after_seq", "must not be negative")),
+            (0, 0) => HistoryPage::Before(0),
+            (b, 0) => HistoryPage::Before(b),
+            (0, a) => HistoryPage::After(a),
+            _ => {
+                return Err(error::invalid(
+                    "after_seq",
+                    "set before_seq or after_seq, not both",
+                ));
+            }
+        };
         let (page, has_more) = self
             .messages
-            .history(reader, &conversation_id, before_seq, limit)
+            .history(reader, &conversation_id, page, limit)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::HistoryResponse {
@@ -209,8 +223,8 @@ fn status(err: Error) -> Status {
         }
         Error::Store(ref e) => error::internal(e),
         Error::Directory(ref e) => {
-            tracing::error!(error = %format!("{e:#}"), "relation-svc call failed");
-            Status::unavailable("relation-svc is unavailable; retry later")
+            tracing::error!(error = %format!("{e:#}"), "a peer service call failed");
+            Status::unavailable("relation-svc or group-svc is unavailable; retry later")
         }
     }
 }

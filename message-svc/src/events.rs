@@ -3,7 +3,15 @@
 use imesh_protos::{message as pb, sync as sync_pb};
 use prost::Message as _;
 
-use crate::domain::{Content, Media, MediaKind, Message, Notice};
+use crate::domain::{Audience, Content, Media, MediaKind, Message, Notice};
+
+/// The recipients and read-fanout group of a Fanout for `audience`.
+fn addressed(audience: &Audience) -> (Vec<i64>, i64) {
+    match audience {
+        Audience::Users(users) => (users.clone(), 0),
+        Audience::Group(group) => (Vec::new(), *group),
+    }
+}
 
 /// The idempotency key sync-svc dedups a message event on.
 pub fn message_event_id(message: &Message) -> String {
@@ -11,10 +19,12 @@ pub fn message_event_id(message: &Message) -> String {
 }
 
 /// The outbox payload for `message`, to be appended to each recipient's inbox.
-pub fn encode_fanout(message: &Message, recipients: &[i64]) -> Vec<u8> {
+pub fn encode_fanout(message: &Message, audience: &Audience) -> Vec<u8> {
+    let (recipient_ids, read_fanout_group_id) = addressed(audience);
     sync_pb::Fanout {
         event_id: message_event_id(message),
-        recipient_ids: recipients.to_vec(),
+        recipient_ids,
+        read_fanout_group_id,
         event: Some(sync_pb::SyncEvent {
             kind: Some(sync_pb::sync_event::Kind::Message(message_to_proto(
                 message,
@@ -130,7 +140,8 @@ pub fn recall_event_id(message: &Message) -> String {
 }
 
 /// The outbox payload telling `recipients` that `message` was recalled.
-pub fn encode_recall(message: &Message, recipients: &[i64]) -> Vec<u8> {
+pub fn encode_recall(message: &Message, audience: &Audience) -> Vec<u8> {
+    let (recipient_ids, read_fanout_group_id) = addressed(audience);
     let recalled = pb::Recalled {
         conversation_id: message.conversation_id.clone(),
         seq: message.seq,
@@ -140,7 +151,8 @@ pub fn encode_recall(message: &Message, recipients: &[i64]) -> Vec<u8> {
     };
     sync_pb::Fanout {
         event_id: recall_event_id(message),
-        recipient_ids: recipients.to_vec(),
+        recipient_ids,
+        read_fanout_group_id,
         event: Some(sync_pb::SyncEvent {
             kind: Some(sync_pb::sync_event::Kind::Recalled(recalled)),
         }),

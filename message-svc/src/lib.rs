@@ -54,6 +54,8 @@ pub struct Config {
     /// Outbox rows handed to sync-svc per call.
     pub outbox_batch: u64,
     pub rate_limits: RateLimitConfig,
+    /// Groups with more members use read fanout (super groups always do).
+    pub write_fanout_max_members: u32,
 }
 
 /// Sends allowed per second on each replica; 0 turns a limit off.
@@ -88,6 +90,7 @@ impl Default for Config {
             seq_step: 1000,
             outbox_batch: 256,
             rate_limits: RateLimitConfig::default(),
+            write_fanout_max_members: 2000,
         }
     }
 }
@@ -125,8 +128,11 @@ impl Service {
             Arc::new(sink),
             config.outbox_batch,
         );
-        let groups =
-            peers::GroupServiceGate::new(grpc::channel(&config.group_addr)?, caller.clone());
+        let groups = peers::GroupServiceGate::new(
+            grpc::channel(&config.group_addr)?,
+            caller.clone(),
+            config.write_fanout_max_members,
+        );
         let directory =
             peers::RelationDirectory::new(grpc::channel(&config.relation_addr)?, caller);
         let messages = domain::Messages::new(

@@ -3,8 +3,9 @@
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     group::{
-        CheckSendRequest, GetGroupRequest, GroupStatus, MemberIdsRequest, MemberStatus,
-        MembershipRequest, Permission, group_service_client::GroupServiceClient,
+        CheckSendRequest, GetGroupRequest, GetMembersRequest, Group, GroupStatus, GroupType,
+        MemberIdsRequest, MemberStatus, MembershipRequest, Permission,
+        group_service_client::GroupServiceClient,
     },
     relation::{
         CheckRelationsRequest, GetUsersRequest, Relation,
@@ -13,7 +14,9 @@ use imesh_protos::{
 };
 use tonic::{Code, transport::Channel};
 
-use crate::domain::{Directory, GateAnswer, GroupGate, GroupRefusal, PeerRelation, Sender};
+use crate::domain::{
+    Audience, Directory, GateAnswer, GroupGate, GroupRefusal, PeerRelation, Sender,
+};
 
 /// [`Directory`] backed by relation-svc's cached `CheckRelations`.
 pub struct RelationDirectory {
@@ -79,15 +82,61 @@ impl Directory for RelationDirectory {
 pub struct GroupServiceGate {
     client: GroupServiceClient<Channel>,
     caller: Caller,
+    /// Groups with more members than this, and every super group, use read fanout.
+    write_fanout_max: u32,
 }
 
 impl GroupServiceGate {
-    pub fn new(channel: Channel, caller: Caller) -> Self {
+    pub fn new(channel: Channel, caller: Caller, write_fanout_max: u32) -> Self {
         Self {
             client: GroupServiceClient::new(channel),
             caller,
+            write_fanout_max,
         }
     }
+
+    fn read_fanout(&self, kind: GroupType, member_count: u32) -> bool {
+        kind == GroupType::Super || member_count > self.write_fanout_max
+    }
+
+    /// The audience of a group event once it may go out: the group itself for read fanout,
+    /// else every current member.
+    async fn audience_of(&self, group: i64, read_fanout: bool) -> Result<Audience, tonic::Status> {
+        if read_fanout {
+            return Ok(Audience::Group(group));
+        }
+        let ids = MemberIdsRequest { group_id: group };
+        let reply = self
+            .client
+            .clone()
+            .member_ids(self.caller.request(Actor::System, ids))
+            .await?;
+        Ok(Audience::Users(reply.into_inner().user_ids))
+    }
+
+    async fn group(&self, group: i64) -> Result<Group, tonic::Status> {
+        let get = GetGroupRequest { group_id: group };
+        let reply = self
+            .client
+            .clone()
+            .get_group(self.caller.request(Actor::System, get))
+            .await?;
+        reply
+            .into_inner()
+            .group
+            .ok_or_else(|| tonic::Status::not_found(format!("group_id: no group {group}")))
+    }
+}
+
+/// group-svc's refusals as the domain's; other failures are failures to ask.
+fn refusal(status: tonic::Status) -> anyhow::Result<GateAnswer> {
+    let why = match status.code() {
+        Code::NotFound => GroupRefusal::NotFound,
+        Code::PermissionDenied => GroupRefusal::Forbidden,
+        Code::FailedPrecondition => GroupRefusal::Precondition,
+        _ => return Err(anyhow::Error::new(status)),
+    };
+    Ok(Err((why, status.message().to_owned())))
 }
 
 #[async_trait::async_trait]
@@ -98,68 +147,86 @@ impl GroupGate for GroupServiceGate {
         sender: Sender,
         needs: u32,
     ) -> anyhow::Result<GateAnswer> {
-        let refusal = |status: tonic::Status| {
-            let why = match status.code() {
-                Code::NotFound => GroupRefusal::NotFound,
-                Code::PermissionDenied => GroupRefusal::Forbidden,
-                Code::FailedPrecondition => GroupRefusal::Precondition,
-                _ => return Err(anyhow::Error::new(status)),
-            };
-            Ok(Err((why, status.message().to_owned())))
-        };
-        let mut client = self.client.clone();
-        match sender {
+        let read_fanout = match sender {
             Sender::User(user) => {
                 let check = CheckSendRequest {
                     group_id: group,
                     user_id: user,
                     needs,
                 };
-                let checked = client.check_send(self.caller.request(Actor::System, check));
-                if let Err(status) = checked.await {
-                    return refusal(status);
+                let checked = self
+                    .client
+                    .clone()
+                    .check_send(self.caller.request(Actor::System, check))
+                    .await;
+                match checked {
+                    Ok(reply) => {
+                        let reply = reply.into_inner();
+                        self.read_fanout(reply.r#type(), reply.member_count)
+                    }
+                    Err(status) => return refusal(status),
                 }
             }
             // The system account writes to any live group.
-            Sender::System => {
-                let get = GetGroupRequest { group_id: group };
-                let found = client
-                    .get_group(self.caller.request(Actor::System, get))
-                    .await;
-                let alive = match found {
-                    Ok(reply) => reply
-                        .into_inner()
-                        .group
-                        .is_some_and(|g| g.status() == GroupStatus::Normal),
-                    Err(status) => return refusal(status),
-                };
-                if !alive {
+            Sender::System => match self.group(group).await {
+                Ok(g) if g.status() == GroupStatus::Normal => {
+                    self.read_fanout(g.r#type(), g.member_count)
+                }
+                Ok(_) => {
                     let why = format!("group_id: group {group} is dismissed or banned");
                     return Ok(Err((GroupRefusal::Precondition, why)));
                 }
-            }
-        }
-        let ids = MemberIdsRequest { group_id: group };
-        match client
-            .member_ids(self.caller.request(Actor::System, ids))
-            .await
-        {
-            Ok(reply) => Ok(Ok(reply.into_inner().user_ids)),
+                Err(status) => return refusal(status),
+            },
+        };
+        match self.audience_of(group, read_fanout).await {
+            Ok(audience) => Ok(Ok(audience)),
             Err(status) => refusal(status),
         }
     }
 
-    async fn member_ids(&self, group: i64) -> anyhow::Result<Vec<i64>> {
-        let request = self
-            .caller
-            .request(Actor::System, MemberIdsRequest { group_id: group });
-        Ok(self
+    async fn audience(&self, group: i64) -> anyhow::Result<Audience> {
+        let g = self.group(group).await?;
+        let read_fanout = self.read_fanout(g.r#type(), g.member_count);
+        Ok(self.audience_of(group, read_fanout).await?)
+    }
+
+    async fn members_among(
+        &self,
+        group: i64,
+        asker: Sender,
+        users: &[i64],
+    ) -> anyhow::Result<Vec<i64>> {
+        let Sender::User(member) = asker else {
+            // GetMembers answers members; the system asks one membership at a time.
+            let mut members = Vec::new();
+            for user in users {
+                if self
+                    .visibility(group, *user)
+                    .await?
+                    .is_some_and(|(_, left)| left.is_none())
+                {
+                    members.push(*user);
+                }
+            }
+            return Ok(members);
+        };
+        let request = GetMembersRequest {
+            group_id: group,
+            user_ids: users.to_vec(),
+        };
+        let reply = self
             .client
             .clone()
-            .member_ids(request)
-            .await?
+            .get_members(self.caller.request(Actor::User(member), request))
+            .await?;
+        Ok(reply
             .into_inner()
-            .user_ids)
+            .members
+            .into_iter()
+            .filter(|m| m.status() == MemberStatus::Normal)
+            .map(|m| m.user_id)
+            .collect())
     }
 
     async fn may_recall_others(&self, group: i64, user: i64) -> anyhow::Result<bool> {

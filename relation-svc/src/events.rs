@@ -33,6 +33,7 @@ pub fn encode(event: &RelationEvent) -> Vec<u8> {
         event_id,
         recipient_ids,
         event: Some(SyncEvent { kind: Some(kind) }),
+        ..Fanout::default()
     }
     .encode_to_vec()
 }

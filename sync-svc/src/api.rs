@@ -200,6 +200,7 @@ fn event_from_proto(fanout: pb::Fanout) -> Result<IncomingEvent, Status> {
         event_id,
         recipient_ids,
         event,
+        read_fanout_group_id,
     } = fanout;
     let event = event
         .filter(|e| e.kind.is_some())
@@ -207,6 +208,7 @@ fn event_from_proto(fanout: pb::Fanout) -> Result<IncomingEvent, Status> {
     Ok(IncomingEvent {
         event_id,
         recipients: recipient_ids,
+        read_fanout_group: (read_fanout_group_id != 0).then_some(read_fanout_group_id),
         payload: event.encode_to_vec().into(),
         mark: mark_of(&event),
     })
@@ -231,5 +233,9 @@ fn status(err: Error) -> Status {
             error::unavailable(e.as_ref())
         }
         Error::Store(ref e) => error::internal(e),
+        Error::Groups(ref e) => {
+            tracing::error!(error = %format!("{e:#}"), "group-svc call failed");
+            Status::unavailable("group-svc is unavailable; retry later")
+        }
     }
 }

@@ -17,7 +17,10 @@ pub use reads::{Change, ConversationPage, ConversationView, Cursor, EncodeRead, 
 #[derive(Debug, Clone)]
 pub struct IncomingEvent {
     pub event_id: String,
+    /// Empty for read fanout: the event only moves its conversation's state.
     pub recipients: Vec<i64>,
+    /// Read fanout: the group whose conversation the event belongs to.
+    pub read_fanout_group: Option<i64>,
     pub payload: Bytes,
     /// What the event does to its conversation's state (messages and recalls).
     pub mark: Option<Mark>,
@@ -42,6 +45,8 @@ pub enum Error {
     Invalid { field: &'static str, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("group-svc could not be asked")]
+    Groups(#[source] anyhow::Error),
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
@@ -49,6 +54,12 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
         field,
         reason: reason.into(),
     }
+}
+
+/// Who belongs to a group now (group-svc), for reads of read-fanout conversations.
+#[async_trait::async_trait]
+pub trait Memberships: Send + Sync + 'static {
+    async fn is_member(&self, group: i64, user: i64) -> anyhow::Result<bool>;
 }
 
 /// Where new entries go to reach online devices (notify-svc).
@@ -66,22 +77,34 @@ pub struct Inboxes {
     seqs: Arc<SeqAllocator>,
     ids: Arc<Snowflake>,
     notifier: Arc<dyn Notifier>,
+    members: Arc<dyn Memberships>,
     encode_read: EncodeRead,
 }
 
+/// What [`Inboxes`] is built from besides its store.
+pub struct Parts {
+    pub seqs: Arc<SeqAllocator>,
+    pub ids: Arc<Snowflake>,
+    pub notifier: Arc<dyn Notifier>,
+    pub members: Arc<dyn Memberships>,
+    pub encode_read: EncodeRead,
+}
+
 impl Inboxes {
-    pub fn new(
-        store: Arc<dyn InboxStore>,
-        seqs: Arc<SeqAllocator>,
-        ids: Arc<Snowflake>,
-        notifier: Arc<dyn Notifier>,
-        encode_read: EncodeRead,
-    ) -> Self {
+    pub fn new(store: Arc<dyn InboxStore>, parts: Parts) -> Self {
+        let Parts {
+            seqs,
+            ids,
+            notifier,
+            members,
+            encode_read,
+        } = parts;
         Self {
             store,
             seqs,
             ids,
             notifier,
+            members,
             encode_read,
         }
     }
@@ -94,10 +117,17 @@ impl Inboxes {
             if event.event_id.is_empty() || event.event_id.len() > 191 {
                 return Err(invalid("events.event_id", "must be 1–191 characters"));
             }
-            if event.recipients.is_empty() || event.recipients.len() > MAX_RECIPIENTS {
+            let fanout_ok = match event.read_fanout_group {
+                Some(group) if group <= 0 => {
+                    return Err(invalid("events.read_fanout_group_id", "must be a group id"));
+                }
+                Some(_) => event.recipients.is_empty(),
+                None => (1..=MAX_RECIPIENTS).contains(&event.recipients.len()),
+            };
+            if !fanout_ok {
                 return Err(invalid(
                     "events.recipient_ids",
-                    format!("must hold 1–{MAX_RECIPIENTS} users"),
+                    format!("must hold 1–{MAX_RECIPIENTS} users, or none for read fanout"),
                 ));
             }
             if event.recipients.iter().any(|id| *id <= 0) {

@@ -37,6 +37,8 @@ pub struct Config {
     pub redis: RedisConfig,
     /// notify-svc's gRPC address (`host:port`).
     pub notify_addr: String,
+    /// group-svc's gRPC address (memberships of read-fanout groups).
+    pub group_addr: String,
     /// How far ahead each persisted sync_seq ceiling reaches.
     pub seq_step: i64,
 }
@@ -48,6 +50,7 @@ impl Default for Config {
             database: SqlConfig::default(),
             redis: RedisConfig::default(),
             notify_addr: "127.0.0.1:50055".into(),
+            group_addr: "127.0.0.1:50052".into(),
             seq_step: 1000,
         }
     }
@@ -77,16 +80,19 @@ impl Service {
             Arc::new(SqlCeilings::new(db.clone())),
             config.seq_step,
         );
-        let notifier = peers::NotifyNotifier::new(
-            grpc::channel(&config.notify_addr)?,
-            Caller::new(&auth.internal_secret)?,
-        );
+        let caller = Caller::new(&auth.internal_secret)?;
+        let notifier =
+            peers::NotifyNotifier::new(grpc::channel(&config.notify_addr)?, caller.clone());
+        let members = peers::GroupMemberships::new(grpc::channel(&config.group_addr)?, caller);
         let inboxes = domain::Inboxes::new(
             Arc::new(store::sql::SqlInboxStore::new(db.clone())),
-            Arc::new(seqs),
-            Arc::new(Snowflake::new(node_id)),
-            Arc::new(notifier),
-            api::encode_read,
+            domain::Parts {
+                seqs: Arc::new(seqs),
+                ids: Arc::new(Snowflake::new(node_id)),
+                notifier: Arc::new(notifier),
+                members: Arc::new(members),
+                encode_read: api::encode_read,
+            },
         );
         Ok(Self {
             config,

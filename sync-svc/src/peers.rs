@@ -1,13 +1,15 @@
-//! The notify-svc client that carries new inbox entries to online devices.
+//! The notify-svc client that carries new inbox entries to online devices, and the
+//! group-svc client that answers who belongs to a read-fanout group.
 
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
+    group::{MemberStatus, MembershipRequest, group_service_client::GroupServiceClient},
     notify::{DeliverRequest, Delivery, notify_service_client::NotifyServiceClient},
     sync::RawEntry,
 };
 use tonic::transport::Channel;
 
-use crate::domain::{Entry, Notifier};
+use crate::domain::{Entry, Memberships, Notifier};
 
 pub struct NotifyNotifier {
     client: NotifyServiceClient<Channel>,
@@ -44,5 +46,40 @@ impl Notifier for NotifyNotifier {
             .request(Actor::System, DeliverRequest { deliveries });
         self.client.clone().deliver(request).await?;
         Ok(())
+    }
+}
+
+/// [`Memberships`] backed by group-svc's `Membership`.
+pub struct GroupMemberships {
+    client: GroupServiceClient<Channel>,
+    caller: Caller,
+}
+
+impl GroupMemberships {
+    pub fn new(channel: Channel, caller: Caller) -> Self {
+        Self {
+            client: GroupServiceClient::new(channel),
+            caller,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Memberships for GroupMemberships {
+    async fn is_member(&self, group: i64, user: i64) -> anyhow::Result<bool> {
+        let request = MembershipRequest {
+            group_id: group,
+            user_id: user,
+        };
+        let found = self
+            .client
+            .clone()
+            .membership(self.caller.request(Actor::System, request))
+            .await;
+        match found {
+            Ok(member) => Ok(member.into_inner().status() == MemberStatus::Normal),
+            Err(status) if status.code() == tonic::Code::NotFound => Ok(false),
+            Err(status) => Err(status.into()),
+        }
     }
 }

@@ -176,11 +176,16 @@ impl Device {
 
     /// A page of a conversation's history before `before_seq` (0: the latest).
     pub async fn history(&mut self, conversation_id: &str, before_seq: i64) -> HistoryResponse {
-        let request = HistoryRequest {
+        self.history_page(HistoryRequest {
             conversation_id: conversation_id.into(),
             before_seq,
-            limit: 0,
-        };
+            ..HistoryRequest::default()
+        })
+        .await
+    }
+
+    /// Any page of a conversation's history (e.g. catching up with `after_seq`).
+    pub async fn history_page(&mut self, request: HistoryRequest) -> HistoryResponse {
         let id = self.send_frame(client_frame::Body::History(request)).await;
         match self.reply(id).await {
             Body::History(response) => response,

@@ -7,9 +7,9 @@
 use imesh_kit::identity::Actor;
 use imesh_protos::{
     gateway::{client_frame, server_frame::Body},
-    group::{CreateGroupRequest, group_service_client::GroupServiceClient},
+    group::{CreateGroupRequest, GroupType, group_service_client::GroupServiceClient},
     message::{
-        Content, Media, Notice, SendNoticeRequest, SendRequest, content,
+        Content, HistoryRequest, Media, Notice, SendNoticeRequest, SendRequest, content,
         message_service_client::MessageServiceClient, send_request::To,
     },
     sync::{
@@ -287,5 +287,92 @@ async fn scenario(stores: Stores) {
 async fn media_mentions_unread_reads_notices_and_rate_limits_work_end_to_end() {
     for stores in Stores::available() {
         scenario(stores).await;
+    }
+}
+
+async fn super_group_scenario(stores: Stores) {
+    let env = TestCluster::start(stores).await;
+    let (alice, alice_token) = env.user("alice").await;
+    let (bob, bob_token) = env.user("bob").await;
+    let (carol, carol_token) = env.user("carol").await;
+    let mut a = env.signed_in(&alice_token, "alice-phone").await;
+    let mut b = env.signed_in(&bob_token, "bob-phone").await;
+    let mut c = env.signed_in(&carol_token, "carol-phone").await;
+    let create = CreateGroupRequest {
+        name: "all-hands".into(),
+        member_ids: vec![bob, carol],
+        r#type: GroupType::Super as i32,
+        ..Default::default()
+    };
+    let group = GroupServiceClient::new(env.channel(env.cluster.addrs.group))
+        .create_group(env.caller.request(Actor::User(alice), create))
+        .await
+        .unwrap()
+        .into_inner()
+        .group
+        .unwrap()
+        .group_id;
+    let conversation = format!("g:{group}");
+    for i in 1..=3 {
+        let reply = a
+            .send(SendRequest {
+                client_msg_id: format!("sg-{i}"),
+                to: Some(To::GroupId(group)),
+                content: text(&format!("update {i}")),
+                mentioned_user_ids: if i == 3 { vec![carol] } else { vec![] },
+                ..SendRequest::default()
+            })
+            .await;
+        assert!(matches!(reply, Body::SendAck(_)), "{stores:?}: {reply:?}");
+    }
+    // Members catch up by seq from the conversation itself.
+    let page = b
+        .history_page(HistoryRequest {
+            conversation_id: conversation.clone(),
+            after_seq: 1,
+            ..HistoryRequest::default()
+        })
+        .await;
+    let seqs: Vec<i64> = page.messages.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, vec![2, 3], "{stores:?}");
+    // Reading opens bob's state; carol's mention opened hers (the state trails the ack).
+    let mark = MarkReadRequest {
+        marks: vec![ReadMark {
+            conversation_id: conversation.clone(),
+            read_seq: 1,
+        }],
+    };
+    let id = b.send_frame(client_frame::Body::MarkRead(mark)).await;
+    assert!(matches!(b.reply(id).await, Body::MarkRead(_)), "{stores:?}");
+    let (list, _) = conversations(&mut b).await;
+    assert_eq!(find(&list, &conversation).unread, 2, "{stores:?}");
+    let deadline = tokio::time::Instant::now() + imesh_tests::PATIENCE;
+    loop {
+        let (list, _) = conversations(&mut c).await;
+        if let Some(state) = list.iter().find(|s| s.conversation_id == conversation) {
+            assert!(state.mentioned, "{stores:?}: {state:?}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{stores:?}: carol's state never opened"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Nothing went into the members' inboxes but the group's own events.
+    let inbox = b.pull(0).await;
+    assert!(
+        inbox.entries.iter().all(|e| !matches!(
+            e.event.as_ref().and_then(|e| e.kind.as_ref()),
+            Some(Kind::Message(_))
+        )),
+        "{stores:?}: a super group message was written to an inbox"
+    );
+}
+
+#[tokio::test]
+async fn super_groups_store_each_message_once_and_members_catch_up_by_seq() {
+    for stores in Stores::available() {
+        super_group_scenario(stores).await;
     }
 }

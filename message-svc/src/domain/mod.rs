@@ -17,6 +17,7 @@ mod types;
 
 pub use content::{Content, Media, MediaKind, Notice};
 pub use rate::{RateLimited, RateLimits};
+pub use read::HistoryPage;
 pub use send::{NoticeCommand, NoticeOutcome, NoticeTarget, SendCommand};
 pub use types::{
     Conversation, ConversationId, Mentions, Message, Sender, Sent, Target, direct_conversation,
@@ -47,7 +48,7 @@ pub enum Error {
     Store(#[from] StoreError),
     #[error("user_id: {0}")]
     Refused(&'static str),
-    #[error("relation-svc could not be asked")]
+    #[error("relation-svc or group-svc could not be asked")]
     Directory(#[source] anyhow::Error),
 }
 
@@ -85,23 +86,40 @@ pub enum GroupRefusal {
     Precondition,
 }
 
-/// group-svc's answer to "may this go out, and to whom": the recipients, or a refusal.
-pub type GateAnswer = Result<Vec<i64>, (GroupRefusal, String)>;
+/// Whom an event reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Audience {
+    /// Write fanout: an inbox entry for each of these users.
+    Users(Vec<i64>),
+    /// Read fanout (super groups, groups above the write-fanout size): the event stays in
+    /// the group's conversation, which members read back themselves.
+    Group(i64),
+}
+
+/// group-svc's answer to "may this go out, and to whom": the audience, or a refusal.
+pub type GateAnswer = Result<Audience, (GroupRefusal, String)>;
 
 /// group-svc's send gate and member list, as message-svc needs them.
 #[async_trait::async_trait]
 pub trait GroupGate: Send + Sync + 'static {
-    /// The members a message from `sender` to `group` goes to, when group-svc allows it now
-    /// with the permission bits `needs` (membership as of the send). The system account
-    /// writes to any live group. `Ok(Err(..))` is a refusal; `Err` a failure to ask.
+    /// Whom a message from `sender` to `group` goes to, when group-svc allows it now with
+    /// the permission bits `needs` (membership as of the send). The system account writes
+    /// to any live group. `Ok(Err(..))` is a refusal; `Err` a failure to ask.
     async fn recipients(
         &self,
         group: i64,
         sender: Sender,
         needs: u32,
     ) -> anyhow::Result<GateAnswer>;
-    /// The group's current members (whom a recall reaches).
-    async fn member_ids(&self, group: i64) -> anyhow::Result<Vec<i64>>;
+    /// Whom an event of the group's reaches now (a recall).
+    async fn audience(&self, group: i64) -> anyhow::Result<Audience>;
+    /// The current members among `users`, as `asker` (a member, or the system) sees them.
+    async fn members_among(
+        &self,
+        group: i64,
+        asker: Sender,
+        users: &[i64],
+    ) -> anyhow::Result<Vec<i64>>;
     /// Whether `user` is a current member holding RECALL_OTHER.
     async fn may_recall_others(&self, group: i64, user: i64) -> anyhow::Result<bool>;
     /// The seqs of the group's conversation `user` may read: after their join seq and, once
@@ -134,8 +152,8 @@ pub enum DirectPolicy {
     FriendsOnly,
 }
 
-/// Turns a stored message and its recipients into the outbox payload sync-svc receives.
-pub type EncodeEvent = fn(&Message, &[i64]) -> Vec<u8>;
+/// Turns a stored message and its audience into the outbox payload sync-svc receives.
+pub type EncodeEvent = fn(&Message, &Audience) -> Vec<u8>;
 
 /// The outbox payloads message-svc writes: a new message, a recall.
 #[derive(Clone, Copy)]

@@ -2,7 +2,18 @@
 
 use imesh_kit::outbox::OutboxRow;
 
-use super::{Content, Conversation, Error, MAX_HISTORY_PAGE, Message, Messages, Sender, invalid};
+use super::{
+    Audience, Content, Conversation, Error, MAX_HISTORY_PAGE, Message, Messages, Sender, invalid,
+};
+
+/// Which page of a conversation's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryPage {
+    /// Newest first, below a seq (0: from the latest).
+    Before(i64),
+    /// Oldest first, above a seq (catching up).
+    After(i64),
+}
 
 impl Messages {
     /// Recalls message `seq` of a conversation as `by`: a user's own message within the
@@ -27,15 +38,15 @@ impl Messages {
         if let Sender::User(user) = by {
             self.may_recall(user, conversation, &message, now).await?;
         }
-        let recipients = match conversation {
+        let audience = match conversation {
             Conversation::Group(g) => self
                 .peers
                 .groups
-                .member_ids(g)
+                .audience(g)
                 .await
                 .map_err(Error::Directory)?,
-            Conversation::Direct(a, b) => vec![a, b],
-            Conversation::Notices(u) => vec![u],
+            Conversation::Direct(a, b) => Audience::Users(vec![a, b]),
+            Conversation::Notices(u) => Audience::Users(vec![u]),
         };
         let recalled = Message {
             content: Content::Text(String::new()),
@@ -45,7 +56,7 @@ impl Messages {
         };
         let event = OutboxRow {
             id: self.ids.next_id(),
-            payload: (self.encode.recall)(&recalled, &recipients),
+            payload: (self.encode.recall)(&recalled, &audience),
         };
         if !self
             .store
@@ -95,13 +106,13 @@ impl Messages {
         }))
     }
 
-    /// `reader`'s view of a conversation's history before `before_seq` (0: the latest),
-    /// newest first, and whether older visible messages remain.
+    /// A page of `reader`'s view of a conversation, and whether more visible messages lie
+    /// beyond it in the page's direction.
     pub async fn history(
         &self,
         reader: Sender,
         conversation_id: &str,
-        before_seq: i64,
+        page: HistoryPage,
         limit: u32,
     ) -> Result<(Vec<Message>, bool), Error> {
         let limit = imesh_kit::page_limit(limit, 50, MAX_HISTORY_PAGE)
@@ -109,15 +120,15 @@ impl Messages {
         let (after, until) = self
             .visible(reader, Conversation::parse(conversation_id)?)
             .await?;
-        let before = if before_seq > 0 {
-            before_seq - 1
-        } else {
-            i64::MAX
+        let until = until.unwrap_or(i64::MAX);
+        let (after, up_to, newest_first) = match page {
+            HistoryPage::Before(0) => (after, until, true),
+            HistoryPage::Before(seq) => (after, until.min(seq - 1), true),
+            HistoryPage::After(seq) => (after.max(seq), until, false),
         };
-        let up_to = until.map_or(before, |u| u.min(before));
         let mut page = self
             .store
-            .history(conversation_id, after, up_to, limit + 1)
+            .history(conversation_id, after, up_to, limit + 1, newest_first)
             .await?;
         let more = page.len() > limit as usize;
         page.truncate(limit as usize);

@@ -7,8 +7,8 @@ use futures::{StreamExt, stream};
 use imesh_kit::{error::StoreError, outbox::OutboxRow};
 
 use super::{
-    AT_ALL, Content, Conversation, ConversationId, DirectPolicy, Error, MAX_MENTIONS, Mentions,
-    Message, Messages, PeerRelation, Sender, Sent, Target, direct_conversation, invalid,
+    AT_ALL, Audience, Content, Conversation, ConversationId, DirectPolicy, Error, MAX_MENTIONS,
+    Mentions, Message, Messages, PeerRelation, Sender, Sent, Target, direct_conversation, invalid,
     types::parse_client_msg_id,
 };
 
@@ -63,9 +63,9 @@ impl Messages {
             };
             self.rates.check(user, group)?;
         }
-        let (conversation, recipients) = self.gate(sender, to, &mentions).await?;
+        let (conversation, audience) = self.gate(sender, to, &mentions).await?;
         let message = self.compose(sender, client_msg_id, conversation, content, mentions);
-        self.commit(message, &recipients).await
+        self.commit(message, &audience).await
     }
 
     /// Sends `command.content` from the system account to every target, each on its own:
@@ -138,9 +138,9 @@ impl Messages {
         if let Some(sent) = self.earlier(Sender::System, &key).await? {
             return Ok(sent);
         }
-        let recipients = match target {
-            Target::User(u) => vec![u],
-            Target::Group(g) => self.group_recipients(g, Sender::System, 0).await?,
+        let audience = match target {
+            Target::User(u) => Audience::Users(vec![u]),
+            Target::Group(g) => self.group_audience(g, Sender::System, 0).await?,
         };
         let message = self.compose(
             Sender::System,
@@ -149,7 +149,7 @@ impl Messages {
             content,
             Mentions::default(),
         );
-        self.commit(message, &recipients).await
+        self.commit(message, &audience).await
     }
 
     fn checked_content(&self, sender: Sender, content: Option<Content>) -> Result<Content, Error> {
@@ -193,14 +193,14 @@ impl Messages {
     }
 
     /// Allocates the message's seq and stores it with its outbox event.
-    async fn commit(&self, mut message: Message, recipients: &[i64]) -> Result<Sent, Error> {
+    async fn commit(&self, mut message: Message, audience: &Audience) -> Result<Sent, Error> {
         message.seq = self
             .seqs
             .next(&crate::keys::conversation_seq(&message.conversation_id))
             .await?;
         let event = OutboxRow {
             id: message.msg_id,
-            payload: (self.encode.message)(&message, recipients),
+            payload: (self.encode.message)(&message, audience),
         };
         match self.store.append(&message, event).await {
             Ok(()) => {}
@@ -221,13 +221,13 @@ impl Messages {
         Ok(Sent::of(&message))
     }
 
-    /// Decides whether `sender` may write to `to`; returns the conversation and recipients.
+    /// Decides whether `sender` may write to `to`; returns the conversation and audience.
     async fn gate(
         &self,
         sender: Sender,
         to: Target,
         mentions: &Mentions,
-    ) -> Result<(ConversationId, Vec<i64>), Error> {
+    ) -> Result<(ConversationId, Audience), Error> {
         match (to, sender) {
             (Target::User(peer), _) if peer <= 0 => Err(invalid("user_id", "must be a user id")),
             (Target::Group(group), _) if group <= 0 => {
@@ -238,7 +238,10 @@ impl Messages {
                 if found.map_err(Error::Directory)?.is_empty() {
                     return Err(Error::UnknownUser(peer));
                 }
-                Ok((Conversation::Notices(peer).id(), vec![peer]))
+                Ok((
+                    Conversation::Notices(peer).id(),
+                    Audience::Users(vec![peer]),
+                ))
             }
             (Target::User(peer), Sender::User(me)) => {
                 if peer == me {
@@ -246,28 +249,55 @@ impl Messages {
                 }
                 let relation = self.peers.relations.relation(me, peer).await;
                 self.allowed(peer, relation.map_err(Error::Directory)?)?;
-                Ok((direct_conversation(me, peer), vec![me, peer]))
+                Ok((
+                    direct_conversation(me, peer),
+                    Audience::Users(vec![me, peer]),
+                ))
             }
             (Target::Group(group), _) => {
                 let needs = if mentions.all { AT_ALL } else { 0 };
-                let recipients = self.group_recipients(group, sender, needs).await?;
-                if let Some(stranger) = mentions.users.iter().find(|u| !recipients.contains(u)) {
-                    return Err(invalid(
-                        "mentioned_user_ids",
-                        format!("user {stranger} is not a member of this group"),
-                    ));
-                }
-                Ok((Conversation::Group(group).id(), recipients))
+                let audience = self.group_audience(group, sender, needs).await?;
+                self.check_mentioned(group, sender, &audience, &mentions.users)
+                    .await?;
+                Ok((Conversation::Group(group).id(), audience))
             }
         }
     }
 
-    async fn group_recipients(
+    /// Every mentioned user must be a member.
+    async fn check_mentioned(
+        &self,
+        group: i64,
+        sender: Sender,
+        audience: &Audience,
+        mentioned: &[i64],
+    ) -> Result<(), Error> {
+        if mentioned.is_empty() {
+            return Ok(());
+        }
+        let members: HashSet<i64> = match audience {
+            Audience::Users(users) => users.iter().copied().collect(),
+            Audience::Group(_) => {
+                let found = self.peers.groups.members_among(group, sender, mentioned);
+                let found = found.await;
+                found.map_err(Error::Directory)?.into_iter().collect()
+            }
+        };
+        match mentioned.iter().find(|u| !members.contains(u)) {
+            Some(stranger) => Err(invalid(
+                "mentioned_user_ids",
+                format!("user {stranger} is not a member of this group"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    async fn group_audience(
         &self,
         group: i64,
         sender: Sender,
         needs: u32,
-    ) -> Result<Vec<i64>, Error> {
+    ) -> Result<Audience, Error> {
         self.peers
             .groups
             .recipients(group, sender, needs)

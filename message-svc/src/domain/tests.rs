@@ -1,5 +1,6 @@
 //! The send path over a real SQLite store with in-process counters and a fake directory.
 
+mod fanout;
 mod kinds;
 
 use std::sync::Arc;
@@ -42,6 +43,7 @@ impl Directory for Users {
 }
 
 /// Group 7 has members 1, 2 and 3; user 3 is muted there; only 2 (an admin) may @all.
+/// Group 70 is a super group (read fanout) of the same members.
 struct Groups;
 
 #[async_trait::async_trait]
@@ -58,13 +60,25 @@ impl GroupGate for Groups {
             (7, Sender::User(1)) if needs & AT_ALL != 0 => {
                 refused(GroupRefusal::Forbidden, "mention_all: needs AT_ALL")
             }
-            (7, Sender::User(1 | 2) | Sender::System) => Ok(vec![1, 2, 3]),
+            (7, Sender::User(1 | 2) | Sender::System) => Ok(Audience::Users(vec![1, 2, 3])),
+            (70, Sender::User(1 | 2) | Sender::System) => Ok(Audience::Group(70)),
             _ => refused(GroupRefusal::NotFound, "group_id: no such group"),
         })
     }
 
-    async fn member_ids(&self, _: i64) -> anyhow::Result<Vec<i64>> {
-        Ok(vec![1, 2, 3])
+    async fn audience(&self, group: i64) -> anyhow::Result<Audience> {
+        Ok(match group {
+            70 => Audience::Group(70),
+            _ => Audience::Users(vec![1, 2, 3]),
+        })
+    }
+
+    async fn members_among(&self, _: i64, _: Sender, users: &[i64]) -> anyhow::Result<Vec<i64>> {
+        Ok(users
+            .iter()
+            .copied()
+            .filter(|u| [1, 2, 3].contains(u))
+            .collect())
     }
 
     /// User 2 moderates group 7.
@@ -78,7 +92,7 @@ impl GroupGate for Groups {
         user: i64,
     ) -> anyhow::Result<Option<(i64, Option<i64>)>> {
         Ok(match (group, user) {
-            (7, 1) => Some((0, None)),
+            (7 | 70, 1) => Some((0, None)),
             (7, 2) => Some((1, None)),
             (7, 3) => Some((0, Some(2))),
             _ => None,
@@ -291,45 +305,71 @@ async fn history_shows_each_member_only_what_they_could_see() {
         messages.send(u(sender), command).await.unwrap();
     }
     let seqs = |page: &[Message]| page.iter().map(|m| m.seq).collect::<Vec<_>>();
-    let (all, more) = messages.history(u(1), "g:7", 0, 0).await.unwrap();
+    let (all, more) = messages
+        .history(u(1), "g:7", HistoryPage::Before(0), 0)
+        .await
+        .unwrap();
     assert_eq!(
         (seqs(&all), more),
         (vec![4, 3, 2, 1], false),
         "newest first"
     );
-    let (older, more) = messages.history(u(1), "g:7", 3, 1).await.unwrap();
+    let (older, more) = messages
+        .history(u(1), "g:7", HistoryPage::Before(3), 1)
+        .await
+        .unwrap();
     assert_eq!(
         (seqs(&older), more),
         (vec![2], true),
         "paging back from a seq"
     );
     assert_eq!(
-        seqs(&messages.history(u(2), "g:7", 0, 0).await.unwrap().0),
+        seqs(
+            &messages
+                .history(u(2), "g:7", HistoryPage::Before(0), 0)
+                .await
+                .unwrap()
+                .0
+        ),
         vec![4, 3, 2],
         "joined at seq 1"
     );
     assert_eq!(
-        seqs(&messages.history(u(3), "g:7", 0, 0).await.unwrap().0),
+        seqs(
+            &messages
+                .history(u(3), "g:7", HistoryPage::Before(0), 0)
+                .await
+                .unwrap()
+                .0
+        ),
         vec![2, 1],
         "left at seq 2"
     );
     assert!(matches!(
-        messages.history(u(9), "g:7", 0, 0).await,
+        messages
+            .history(u(9), "g:7", HistoryPage::Before(0), 0)
+            .await,
         Err(Error::NotParticipant)
     ));
     assert!(matches!(
-        messages.history(u(9), "d:1:2", 0, 0).await,
+        messages
+            .history(u(9), "d:1:2", HistoryPage::Before(0), 0)
+            .await,
         Err(Error::NotParticipant)
     ));
     assert!(matches!(
-        messages.history(u(1), "x:1", 0, 0).await,
+        messages
+            .history(u(1), "x:1", HistoryPage::Before(0), 0)
+            .await,
         Err(Error::Invalid {
             field: "conversation_id",
             ..
         })
     ));
     assert!(matches!(
-        messages.history(u(1), "g:7", 0, 101).await,
+        messages
+            .history(u(1), "g:7", HistoryPage::Before(0), 101)
+            .await,
         Err(Error::Invalid { field: "limit", .. })
     ));
 }
@@ -372,7 +412,7 @@ async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_onc
         "recalling twice changes nothing"
     );
     let (history, _) = messages
-        .history(u(2), &direct.conversation_id, 0, 0)
+        .history(u(2), &direct.conversation_id, HistoryPage::Before(0), 0)
         .await
         .unwrap();
     assert_eq!(

@@ -22,13 +22,15 @@ pub trait MessageStore: Send + Sync + 'static {
     /// One stored message.
     async fn message(&self, conversation_id: &str, seq: i64)
     -> Result<Option<Message>, StoreError>;
-    /// Messages of a conversation with `after < seq <= up_to`, newest first, at most `limit`.
+    /// Messages of a conversation with `after < seq <= up_to`, at most `limit`, newest or
+    /// oldest first.
     async fn history(
         &self,
         conversation_id: &str,
         after: i64,
         up_to: i64,
         limit: u32,
+        newest_first: bool,
     ) -> Result<Vec<Message>, StoreError>;
     /// In one transaction: makes the message a tombstone (content dropped, `by` and `at_ms`
     /// recorded) and queues `event`, unless it was already recalled. True when this call

@@ -229,12 +229,18 @@ impl MessageStore for SqlMessageStore {
         after: i64,
         up_to: i64,
         limit: u32,
+        newest_first: bool,
     ) -> Result<Vec<Message>, StoreError> {
+        let order = if newest_first {
+            sea_orm::Order::Desc
+        } else {
+            sea_orm::Order::Asc
+        };
         let rows = messages::Entity::find()
             .filter(messages::Column::ConversationId.eq(conversation_id))
             .filter(messages::Column::Seq.gt(after))
             .filter(messages::Column::Seq.lte(up_to))
-            .order_by_desc(messages::Column::Seq)
+            .order_by(messages::Column::Seq, order)
             .limit(u64::from(limit))
             .all(&self.db)
             .await?;

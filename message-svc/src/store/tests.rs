@@ -118,18 +118,23 @@ async fn history_reads_a_seq_window_newest_first() {
         }
         let seqs = |page: Vec<Message>| page.into_iter().map(|m| m.seq).collect::<Vec<_>>();
         assert_eq!(
-            seqs(store.history("d:1:2", 1, 4, 10).await.unwrap()),
+            seqs(store.history("d:1:2", 1, 4, 10, true).await.unwrap()),
             vec![4, 3, 2],
             "{backend:?}"
         );
         assert_eq!(
-            seqs(store.history("d:1:2", 0, i64::MAX, 2).await.unwrap()),
+            seqs(store.history("d:1:2", 0, i64::MAX, 2, true).await.unwrap()),
             vec![5, 4],
             "{backend:?}"
         );
+        assert_eq!(
+            seqs(store.history("d:1:2", 2, i64::MAX, 2, false).await.unwrap()),
+            vec![3, 4],
+            "catching up, oldest first: {backend:?}"
+        );
         assert!(
             store
-                .history("d:1:3", 0, i64::MAX, 10)
+                .history("d:1:3", 0, i64::MAX, 10, true)
                 .await
                 .unwrap()
                 .is_empty(),

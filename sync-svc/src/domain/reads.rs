@@ -127,7 +127,10 @@ impl Inboxes {
             *seq = (*seq).max(mark.read_seq);
         }
         let ids: Vec<&str> = wanted.keys().map(String::as_str).collect();
-        let states = self.store.read_states(user, &ids).await?;
+        let mut states = self.store.read_states(user, &ids).await?;
+        if states.len() < ids.len() {
+            states.extend(self.opened_states(user, &ids, &states).await?);
+        }
         let mut raise = Vec::new();
         let mut stored = Vec::new();
         let mut events = Vec::new();
@@ -152,6 +155,35 @@ impl Inboxes {
         Ok(stored)
     }
 
+    /// Read states of group conversations `user` has none in yet but belongs to (read
+    /// fanout writes none per member), starting at 0; other conversations stay unknown.
+    async fn opened_states(
+        &self,
+        user: i64,
+        ids: &[&str],
+        known: &[(String, i64, i64)],
+    ) -> Result<Vec<(String, i64, i64)>, Error> {
+        let missing: Vec<&str> = ids
+            .iter()
+            .copied()
+            .filter(|id| group_of(id).is_some() && !known.iter().any(|k| k.0 == *id))
+            .collect();
+        if missing.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut opened = Vec::new();
+        for (conversation_id, latest) in self.store.latest_seqs(&missing).await? {
+            let Some(group) = group_of(&conversation_id) else {
+                continue;
+            };
+            let member = self.members.is_member(group, user).await;
+            if member.map_err(Error::Groups)? {
+                opened.push((conversation_id, 0, latest));
+            }
+        }
+        Ok(opened)
+    }
+
     fn read_event(&self, user: i64, conversation_id: &str, read_seq: i64) -> IncomingEvent {
         let mut recipients = vec![user];
         recipients.extend(direct_peer(conversation_id, user));
@@ -159,6 +191,7 @@ impl Inboxes {
             event_id: format!("read:{user}:{conversation_id}:{read_seq}"),
             recipients,
             payload: (self.encode_read)(conversation_id, user, read_seq),
+            read_fanout_group: None,
             mark: None,
         }
     }
@@ -206,6 +239,15 @@ impl Inboxes {
             total_unread: self.store.total_unread(user).await?,
         })
     }
+}
+
+/// The group of a group conversation `g:<group>`.
+fn group_of(conversation_id: &str) -> Option<i64> {
+    conversation_id
+        .strip_prefix("g:")?
+        .parse()
+        .ok()
+        .filter(|g| *g > 0)
 }
 
 /// The other user of a direct conversation `d:<lo>:<hi>` that `user` is in.

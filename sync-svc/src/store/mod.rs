@@ -43,7 +43,10 @@ pub trait InboxStore: Send + Sync + 'static {
         user: i64,
         conversations: &[&str],
     ) -> Result<Vec<(String, i64, i64)>, StoreError>;
-    /// Raises `user`'s read seq in each conversation to at least the given seq.
+    /// The latest seq of each of `conversations` that has any message.
+    async fn latest_seqs(&self, conversations: &[&str]) -> Result<Vec<(String, i64)>, StoreError>;
+    /// Raises `user`'s read seq in each conversation to at least the given seq, opening the
+    /// read state where there is none.
     async fn raise_read(&self, user: i64, marks: &[(String, i64)]) -> Result<(), StoreError>;
     /// Up to `limit` of `user`'s conversations after `after`, by last activity, newest first
     /// (`peer_read_seq` left 0).

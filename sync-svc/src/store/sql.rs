@@ -175,6 +175,10 @@ impl InboxStore for SqlInboxStore {
         reads::read_states(&self.db, user, conversations).await
     }
 
+    async fn latest_seqs(&self, conversations: &[&str]) -> Result<Vec<(String, i64)>, StoreError> {
+        reads::latest_seqs(&self.db, conversations).await
+    }
+
     async fn raise_read(&self, user: i64, marks: &[(String, i64)]) -> Result<(), StoreError> {
         reads::raise_read(&self.db, user, marks).await
     }

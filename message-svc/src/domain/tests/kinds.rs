@@ -49,10 +49,16 @@ async fn media_references_and_notices_are_stored_and_read_back_as_sent() {
     }
     let command = to(Target::Group(7), "n1", Content::Notice(notice.clone()));
     messages.send(Sender::System, command).await.unwrap();
-    let (direct, _) = messages.history(u(2), "d:1:2", 0, 0).await.unwrap();
+    let (direct, _) = messages
+        .history(u(2), "d:1:2", HistoryPage::Before(0), 0)
+        .await
+        .unwrap();
     let stored: Vec<Content> = direct.iter().rev().map(|m| m.content.clone()).collect();
     assert_eq!(stored, contents);
-    let (group, _) = messages.history(u(3), "g:7", 0, 0).await.unwrap();
+    let (group, _) = messages
+        .history(u(3), "g:7", HistoryPage::Before(0), 0)
+        .await
+        .unwrap();
     assert_eq!(
         (group[0].sender_id, group[0].content.clone()),
         (0, Content::Notice(notice))
@@ -189,7 +195,10 @@ async fn mentions_reach_the_event_and_are_checked_against_members_and_at_all() {
     };
     assert_eq!(event(0).mentioned_user_ids, vec![2, 3], "deduplicated");
     assert!(event(1).mention_all);
-    let (history, _) = messages.history(u(3), "g:7", 0, 0).await.unwrap();
+    let (history, _) = messages
+        .history(u(3), "g:7", HistoryPage::Before(0), 0)
+        .await
+        .unwrap();
     assert_eq!(history[1].mentions.users, vec![2, 3]);
 }
 
@@ -235,10 +244,15 @@ async fn a_notice_reaches_each_target_once_and_reports_the_ones_it_could_not() {
         3,
         "a retry stores nothing"
     );
-    let (mine, _) = messages.history(u(1), "s:1", 0, 0).await.unwrap();
+    let (mine, _) = messages
+        .history(u(1), "s:1", HistoryPage::Before(0), 0)
+        .await
+        .unwrap();
     assert_eq!(mine.len(), 1);
     assert!(matches!(
-        messages.history(u(2), "s:1", 0, 0).await,
+        messages
+            .history(u(2), "s:1", HistoryPage::Before(0), 0)
+            .await,
         Err(Error::NotParticipant)
     ));
     let empty = NoticeCommand {

@@ -18,6 +18,7 @@ fn message(
         event_id: format!("m:{conversation}:{seq}"),
         recipients: recipients.to_vec(),
         payload: Bytes::from(format!("{conversation}#{seq}")),
+        read_fanout_group: None,
         mark: Some(Mark {
             conversation_id: conversation.into(),
             seq,
@@ -198,5 +199,49 @@ async fn the_list_pages_with_tokens_and_refuses_bad_ones_and_bad_marks() {
             Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field),
             other => panic!("expected invalid {field}, got {other:?}"),
         }
+    }
+}
+
+#[tokio::test]
+async fn read_fanout_writes_no_inbox_entries_and_members_open_their_state_by_reading() {
+    let (inboxes, recorder) = inboxes().await;
+    for seq in 1..=3 {
+        let mentioned: &[i64] = if seq == 2 { &[3] } else { &[] };
+        let event = IncomingEvent {
+            recipients: vec![],
+            read_fanout_group: Some(70),
+            ..message("g:70", seq, 1, &[], mentioned, false)
+        };
+        inboxes.append(vec![event]).await.unwrap();
+    }
+    assert!(recorder.0.lock().is_empty(), "nothing to push per member");
+    assert!(inboxes.pull(2, 0, 10).await.unwrap().0.is_empty());
+    assert_eq!(
+        unread(&inboxes, 1).await,
+        vec![("g:70".into(), 0, false)],
+        "the sender"
+    );
+    assert_eq!(
+        unread(&inboxes, 3).await,
+        vec![("g:70".into(), 2, true)],
+        "mentioned at 2"
+    );
+    assert!(
+        unread(&inboxes, 2).await.is_empty(),
+        "no state until member 2 reads"
+    );
+    let opened = inboxes.mark_read(2, vec![mark("g:70", 1)]).await.unwrap();
+    assert_eq!(opened, vec![mark("g:70", 1)]);
+    assert_eq!(unread(&inboxes, 2).await, vec![("g:70".into(), 2, false)]);
+    let stranger = inboxes.mark_read(9, vec![mark("g:70", 3)]).await.unwrap();
+    assert!(stranger.is_empty(), "a non-member opens nothing");
+    assert!(unread(&inboxes, 9).await.is_empty());
+    let both = IncomingEvent {
+        read_fanout_group: Some(70),
+        ..message("g:70", 4, 1, &[2], &[], false)
+    };
+    match inboxes.append(vec![both]).await {
+        Err(Error::Invalid { field, .. }) => assert_eq!(field, "events.recipient_ids"),
+        other => panic!("recipients with read fanout accepted: {other:?}"),
     }
 }

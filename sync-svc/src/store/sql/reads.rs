@@ -93,7 +93,9 @@ pub(super) async fn apply_marks(
                 if mark.seq > newest.0.mark.as_ref().map_or(0, |m| m.seq) {
                     *newest = (event, *time_ms);
                 }
-                for (user, _) in &event.entries {
+                // Read fanout writes no entries: its mentioned members get read states too.
+                let users = event.entries.iter().map(|(user, _)| user).chain(mentioned);
+                for user in users {
                     if !known.contains(*user, conversation) {
                         let start = starts.entry((*user, conversation)).or_insert(i64::MAX);
                         *start = std::cmp::min(*start, mark.seq - 1);
@@ -279,6 +281,23 @@ pub(super) async fn read_states(
                 r.try_get("", "max_seq")?,
             ))
         })
+        .collect::<Result<_, DbErr>>()
+        .map_err(Into::into)
+}
+
+pub(super) async fn latest_seqs(
+    db: &DatabaseConnection,
+    conversations: &[&str],
+) -> Result<Vec<(String, i64)>, StoreError> {
+    use ConversationStates as C;
+    let stmt = Query::select()
+        .columns([C::ConversationId, C::MaxSeq])
+        .from(C::Table)
+        .and_where(Expr::col(C::ConversationId).is_in(conversations.iter().copied()))
+        .to_owned();
+    let rows = db.query_all(&stmt).await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get("", "conversation_id")?, r.try_get("", "max_seq")?)))
         .collect::<Result<_, DbErr>>()
         .map_err(Into::into)
 }
