@@ -8,6 +8,7 @@
 //! - [`store`]: the [`store::GroupStore`] port and its sea-orm adapter with migrations.
 //! - [`cache`]: the shared group cache (Redis with pub/sub invalidation, or in-process).
 //! - [`events`]: group changes as sync events, relayed to sync-svc through the outbox.
+//! - [`notices`]: the timeline notices group changes leave in the conversation (message-svc).
 //! - [`peers`]: message-svc, for the conversation seq a joiner's history starts after.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
@@ -17,6 +18,7 @@ pub mod api;
 pub mod cache;
 pub mod domain;
 pub mod events;
+pub mod notices;
 pub mod peers;
 pub mod store;
 
@@ -86,7 +88,11 @@ pub fn wire(
     let caller = Caller::new(&auth.internal_secret)?;
     let relay = Relay::new(
         SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
-        Arc::new(SyncSink::new(grpc::channel(&config.sync_addr)?, caller)),
+        Arc::new(notices::TimelineSink::new(
+            SyncSink::new(grpc::channel(&config.sync_addr)?, caller.clone()),
+            grpc::channel(&config.message_addr)?,
+            caller,
+        )),
         config.outbox_batch,
     );
     let store = Arc::new(store::sql::SqlGroupStore::new(

@@ -193,6 +193,27 @@ impl Device {
         }
     }
 
+    /// Waits until the conversation shows the timeline notice `code` (group changes leave
+    /// one through the outbox relay, after the change's ack); returns the notice's seq.
+    pub async fn notice_seq(&mut self, conversation_id: &str, code: &str) -> i64 {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let page = self.history(conversation_id, 0).await;
+            let found = page.messages.iter().find(|m| {
+                matches!(m.content.as_ref().and_then(|c| c.kind.as_ref()),
+                    Some(content::Kind::Notice(n)) if n.code == code)
+            });
+            if let Some(notice) = found {
+                return notice.seq;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {code} notice in {conversation_id}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// Recalls message `seq` of a conversation; the reply is a `Recall` or an `Error`.
     pub async fn recall(&mut self, conversation_id: &str, seq: i64) -> Body {
         let request = RecallRequest {

@@ -88,12 +88,15 @@ async fn scenario(stores: Stores) {
         .await
         .unwrap();
 
+    // Creating the group and naming an admin left notices in its conversation (the relay
+    // stores them in order, so the last one present means both are).
+    assert_eq!(c.notice_seq(&format!("g:{g}"), "group.admin").await, 2, "{stores:?}");
     let Body::SendAck(first) = c.send_group_text(g, "c1", "hello team").await else {
         panic!("member send refused")
     };
     assert_eq!(
         (first.conversation_id.clone(), first.seq),
-        (format!("g:{g}"), 1)
+        (format!("g:{g}"), 3)
     );
     for device in [&mut a, &mut b, &mut d] {
         pushed_text(device, "hello team").await;
@@ -173,6 +176,8 @@ async fn scenario(stores: Stores) {
     );
     let (code, message) = refused(d.send_group_text(g, "d1", "let me back").await);
     assert_eq!(code, Code::PermissionDenied as u32, "{stores:?}: {message}");
+    // The kick's notice (and every one before it) is in before the next message.
+    c.notice_seq(&format!("g:{g}"), "group.kicked").await;
     let Body::SendAck(after_kick) = c.send_group_text(g, "c3", "without dave").await else {
         panic!("send refused")
     };

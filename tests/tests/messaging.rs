@@ -85,6 +85,11 @@ async fn scenario(stores: Stores) {
         .unwrap()
         .group_id;
     let conversation = format!("g:{group}");
+    assert_eq!(
+        c.notice_seq(&conversation, "group.created").await,
+        1,
+        "{stores:?}"
+    );
 
     // An image mentioning carol reaches bob as sent; carol's list flags the mention.
     let image = Media {
@@ -124,7 +129,7 @@ async fn scenario(stores: Stores) {
     .await;
     let (list, _) = conversations(&mut c).await;
     let state = find(&list, &conversation);
-    assert_eq!((state.unread, state.mentioned), (1, true), "{stores:?}");
+    assert_eq!((state.unread, state.mentioned), (2, true), "{stores:?}");
 
     // @all needs AT_ALL: a plain member is refused, the owner is not.
     let at_all = |client_msg_id: &str| SendRequest {
@@ -313,6 +318,12 @@ async fn super_group_scenario(stores: Stores) {
         .unwrap()
         .group_id;
     let conversation = format!("g:{group}");
+    // The creation notice is seq 1; the three updates are 2–4.
+    assert_eq!(
+        b.notice_seq(&conversation, "group.created").await,
+        1,
+        "{stores:?}"
+    );
     for i in 1..=3 {
         let reply = a
             .send(SendRequest {
@@ -329,12 +340,12 @@ async fn super_group_scenario(stores: Stores) {
     let page = b
         .history_page(HistoryRequest {
             conversation_id: conversation.clone(),
-            after_seq: 1,
+            after_seq: 2,
             ..HistoryRequest::default()
         })
         .await;
     let seqs: Vec<i64> = page.messages.iter().map(|m| m.seq).collect();
-    assert_eq!(seqs, vec![2, 3], "{stores:?}");
+    assert_eq!(seqs, vec![3, 4], "{stores:?}");
     // Reading opens bob's state; carol's mention opened hers (the state trails the ack).
     let mark = MarkReadRequest {
         marks: vec![ReadMark {
@@ -345,7 +356,7 @@ async fn super_group_scenario(stores: Stores) {
     let id = b.send_frame(client_frame::Body::MarkRead(mark)).await;
     assert!(matches!(b.reply(id).await, Body::MarkRead(_)), "{stores:?}");
     let (list, _) = conversations(&mut b).await;
-    assert_eq!(find(&list, &conversation).unread, 2, "{stores:?}");
+    assert_eq!(find(&list, &conversation).unread, 3, "{stores:?}");
     let deadline = tokio::time::Instant::now() + imesh_tests::PATIENCE;
     loop {
         let (list, _) = conversations(&mut c).await;
