@@ -90,7 +90,11 @@ async fn scenario(stores: Stores) {
 
     // Creating the group and naming an admin left notices in its conversation (the relay
     // stores them in order, so the last one present means both are).
-    assert_eq!(c.notice_seq(&format!("g:{g}"), "group.admin").await, 2, "{stores:?}");
+    assert_eq!(
+        c.notice_seq(&format!("g:{g}"), "group.admin").await,
+        2,
+        "{stores:?}"
+    );
     let Body::SendAck(first) = c.send_group_text(g, "c1", "hello team").await else {
         panic!("member send refused")
     };

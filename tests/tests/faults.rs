@@ -1,0 +1,168 @@
+//! Faults on the send path: with sync-svc down, sends are still acknowledged and stored
+//! (message and outbox row in one transaction); when sync-svc comes up the relay catches up
+//! and every message reaches the inbox once, in order.
+
+use std::net::SocketAddr;
+
+use imesh_kit::{
+    config::{AuthConfig, GrpcConfig, RedisConfig, Secret},
+    identity::{Actor, Caller},
+    testing,
+};
+use imesh_protos::{
+    message::{
+        Content, SendRequest, Text, content, message_service_client::MessageServiceClient,
+        send_request::To,
+    },
+    relation::{CreateUserRequest, relation_service_client::RelationServiceClient},
+    sync::{PullRequest, sync_event::Kind, sync_service_client::SyncServiceClient},
+};
+use imesh_tests::{INTERNAL_SECRET, JWT_SECRET, PATIENCE};
+use tokio::{net::TcpListener, sync::oneshot};
+
+/// A listener on a free loopback port.
+async fn listener() -> (TcpListener, SocketAddr) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    (l, addr)
+}
+
+/// Serves `service` on `l` until the returned sender fires or drops.
+fn spawn<F>(serve: impl FnOnce(oneshot::Receiver<()>) -> F) -> oneshot::Sender<()>
+where
+    F: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let (stop, stopped) = oneshot::channel();
+    tokio::spawn(serve(stopped));
+    stop
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_made_while_sync_svc_is_down_reach_the_inbox_once_it_is_back() {
+    let auth = AuthConfig {
+        internal_secret: Secret::new(INTERNAL_SECRET),
+        jwt_secret: Secret::new(JWT_SECRET),
+    };
+    let caller = Caller::new(&auth.internal_secret).unwrap();
+    let db = || async { testing::fresh_sql(testing::Backend::Sqlite).await.unwrap() };
+    // Reserve sync-svc's address, then leave it dark.
+    let (sync_l, sync_addr) = listener().await;
+    drop(sync_l);
+    let (relation_l, relation_addr) = listener().await;
+    let (message_l, message_addr) = listener().await;
+    let relation = relation_svc::Service::build(
+        relation_svc::Config {
+            grpc: GrpcConfig::on(relation_addr),
+            database: db().await,
+            redis: RedisConfig::default(),
+            sync_addr: sync_addr.to_string(),
+            ..Default::default()
+        },
+        &auth,
+        11,
+    )
+    .await
+    .unwrap();
+    let _relation = spawn(|stop| {
+        relation.serve(relation_l, async {
+            stop.await.ok();
+        })
+    });
+    let message = message_svc::Service::build(
+        message_svc::Config {
+            grpc: GrpcConfig::on(message_addr),
+            database: db().await,
+            relation_addr: relation_addr.to_string(),
+            sync_addr: sync_addr.to_string(),
+            ..Default::default()
+        },
+        &auth,
+        12,
+    )
+    .await
+    .unwrap();
+    let _message = spawn(|stop| {
+        message.serve(message_l, async {
+            stop.await.ok();
+        })
+    });
+    let channel = |addr: SocketAddr| imesh_kit::grpc::channel(&addr.to_string()).unwrap();
+
+    let user = RelationServiceClient::new(channel(relation_addr))
+        .create_user(caller.request(
+            Actor::System,
+            CreateUserRequest {
+                username: "dana".into(),
+                nickname: "Dana".into(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .user
+        .unwrap()
+        .user_id;
+    let mut messages = MessageServiceClient::new(channel(message_addr));
+    for i in 1..=5 {
+        let send = SendRequest {
+            client_msg_id: format!("while-down-{i}"),
+            to: Some(To::UserId(user)),
+            content: Some(Content {
+                kind: Some(content::Kind::Text(Text {
+                    text: format!("notice {i}"),
+                })),
+            }),
+            ..SendRequest::default()
+        };
+        let ack = messages
+            .send(caller.request(Actor::System, send))
+            .await
+            .expect("a send is acknowledged while sync-svc is down")
+            .into_inner();
+        assert_eq!(ack.seq, i);
+    }
+
+    // sync-svc comes up where message-svc's relay has been knocking.
+    let sync_l = TcpListener::bind(sync_addr).await.unwrap();
+    let sync = sync_svc::Service::build(
+        sync_svc::Config {
+            grpc: GrpcConfig::on(sync_addr),
+            database: db().await,
+            ..Default::default()
+        },
+        &auth,
+        13,
+    )
+    .await
+    .unwrap();
+    let _sync = spawn(|stop| {
+        sync.serve(sync_l, async {
+            stop.await.ok();
+        })
+    });
+    let mut inbox = SyncServiceClient::new(channel(sync_addr));
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let seqs = loop {
+        let pulled = inbox
+            .pull(caller.request(Actor::User(user), PullRequest::default()))
+            .await
+            .map(|r| r.into_inner().entries)
+            .unwrap_or_default();
+        let seqs: Vec<i64> = pulled
+            .iter()
+            .filter_map(|e| match e.event.as_ref()?.kind.as_ref()? {
+                Kind::Message(m) => Some(m.seq),
+                _ => None,
+            })
+            .collect();
+        if seqs.len() >= 5 {
+            break seqs;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay never caught up: {seqs:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5], "each message once, in order");
+}
