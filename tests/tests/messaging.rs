@@ -56,6 +56,24 @@ async fn conversations(device: &mut Device) -> (Vec<Conversation>, i64) {
     }
 }
 
+/// A group of `kind` owned by `owner` with `members`; its id.
+async fn create_group(env: &TestCluster, owner: i64, members: Vec<i64>, kind: GroupType) -> i64 {
+    let create = CreateGroupRequest {
+        name: "team".into(),
+        member_ids: members,
+        r#type: kind as i32,
+        ..Default::default()
+    };
+    GroupServiceClient::new(env.channel(env.cluster.addrs.group))
+        .create_group(env.caller.request(Actor::User(owner), create))
+        .await
+        .unwrap()
+        .into_inner()
+        .group
+        .unwrap()
+        .group_id
+}
+
 fn find<'a>(list: &'a [Conversation], id: &str) -> &'a Conversation {
     list.iter()
         .find(|c| c.conversation_id == id)
@@ -71,19 +89,7 @@ async fn scenario(stores: Stores) {
     let mut b = env.signed_in(&bob_token, "bob-phone").await;
     let mut b2 = env.signed_in(&bob_token, "bob-laptop").await;
     let mut c = env.signed_in(&carol_token, "carol-phone").await;
-    let create = CreateGroupRequest {
-        name: "design".into(),
-        member_ids: vec![bob, carol],
-        ..Default::default()
-    };
-    let group = GroupServiceClient::new(env.channel(env.cluster.addrs.group))
-        .create_group(env.caller.request(Actor::User(alice), create))
-        .await
-        .unwrap()
-        .into_inner()
-        .group
-        .unwrap()
-        .group_id;
+    let group = create_group(&env, alice, vec![bob, carol], GroupType::Normal).await;
     let conversation = format!("g:{group}");
     assert_eq!(
         c.notice_seq(&conversation, "group.created").await,
@@ -303,20 +309,7 @@ async fn super_group_scenario(stores: Stores) {
     let mut a = env.signed_in(&alice_token, "alice-phone").await;
     let mut b = env.signed_in(&bob_token, "bob-phone").await;
     let mut c = env.signed_in(&carol_token, "carol-phone").await;
-    let create = CreateGroupRequest {
-        name: "all-hands".into(),
-        member_ids: vec![bob, carol],
-        r#type: GroupType::Super as i32,
-        ..Default::default()
-    };
-    let group = GroupServiceClient::new(env.channel(env.cluster.addrs.group))
-        .create_group(env.caller.request(Actor::User(alice), create))
-        .await
-        .unwrap()
-        .into_inner()
-        .group
-        .unwrap()
-        .group_id;
+    let group = create_group(&env, alice, vec![bob, carol], GroupType::Super).await;
     let conversation = format!("g:{group}");
     // The creation notice is seq 1; the three updates are 2–4.
     assert_eq!(
