@@ -2,10 +2,11 @@
 //!
 //! # Layout
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
-//! - [`domain`]: the send path: validation, the permission gate, seq and id allocation.
+//! - [`domain`]: the send path (validation, rate limits, the permission gate, seq and id
+//!   allocation, notices), history and recall.
 //! - [`store`]: the [`store::MessageStore`] port and its sea-orm adapter with migrations.
 //! - [`events`]: the outbox payload and the relay sink into sync-svc.
-//! - [`peers`]: clients of relation-svc used by the gate.
+//! - [`peers`]: the relation-svc and group-svc clients the gate asks.
 //! - [`keys`]: counter key formats.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 

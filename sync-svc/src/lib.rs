@@ -1,10 +1,13 @@
-//! sync-svc: per-user inboxes (write fanout), sync events, device cursors.
+//! sync-svc: per-user inboxes (write fanout), sync events, device cursors, and conversation
+//! state (read watermarks, unread counts, mentions, the conversation list).
 //!
 //! # Layout
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
-//! - [`domain`]: fanout into inboxes with per-user `sync_seq`, pulls, acks.
+//! - [`domain`]: fanout into inboxes with per-user `sync_seq`, pulls, acks; reads and the
+//!   conversation list.
 //! - [`store`]: the [`store::InboxStore`] port and its sea-orm adapter with migrations.
-//! - [`peers`]: the notify-svc client for live delivery.
+//! - [`peers`]: the notify-svc client for live delivery, the group-svc client for
+//!   memberships of read-fanout groups.
 //! - [`keys`]: counter key formats.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
