@@ -6,6 +6,7 @@ use imesh_kit::{
     token::Verified,
 };
 use imesh_protos::{
+    group::{GroupType, ListMyGroupsRequest, group_service_client::GroupServiceClient},
     message::{
         HistoryRequest, HistoryResponse, RecallRequest, RecallResponse, SendRequest, SendResponse,
         message_service_client::MessageServiceClient,
@@ -23,26 +24,54 @@ use tonic::{Status, transport::Channel};
 pub struct Backends {
     caller: Caller,
     relation: RelationServiceClient<Channel>,
+    group: GroupServiceClient<Channel>,
     message: MessageServiceClient<Channel>,
     sync: SyncServiceClient<Channel>,
     notify: NotifyServiceClient<Channel>,
 }
 
+/// Most super groups one connection follows live (pages of 200 from ListMyGroups).
+const MAX_GROUP_PAGES: usize = 50;
+
 impl Backends {
-    pub fn new(
-        caller: Caller,
-        relation_addr: &str,
-        message_addr: &str,
-        sync_addr: &str,
-        notify_addr: &str,
-    ) -> anyhow::Result<Self> {
+    pub fn new(caller: Caller, config: &crate::Config) -> anyhow::Result<Self> {
         Ok(Self {
             caller,
-            relation: RelationServiceClient::new(grpc::channel(relation_addr)?),
-            message: MessageServiceClient::new(grpc::channel(message_addr)?),
-            sync: SyncServiceClient::new(grpc::channel(sync_addr)?),
-            notify: NotifyServiceClient::new(grpc::channel(notify_addr)?),
+            relation: RelationServiceClient::new(grpc::channel(&config.relation_addr)?),
+            group: GroupServiceClient::new(grpc::channel(&config.group_addr)?),
+            message: MessageServiceClient::new(grpc::channel(&config.message_addr)?),
+            sync: SyncServiceClient::new(grpc::channel(&config.sync_addr)?),
+            notify: NotifyServiceClient::new(grpc::channel(&config.notify_addr)?),
         })
+    }
+
+    /// The read-fanout (super) groups `user` belongs to, whose live events this gateway
+    /// subscribes to for the user's connections.
+    pub async fn super_groups(&self, user: i64) -> Result<Vec<i64>, Status> {
+        let mut groups = Vec::new();
+        let mut cursor = 0;
+        for _ in 0..MAX_GROUP_PAGES {
+            let page = ListMyGroupsRequest { cursor, limit: 200 };
+            let request = self.caller.request(Actor::User(user), page);
+            let reply = self
+                .group
+                .clone()
+                .list_my_groups(request)
+                .await?
+                .into_inner();
+            groups.extend(
+                reply
+                    .groups
+                    .iter()
+                    .filter(|g| g.r#type() == GroupType::Super)
+                    .map(|g| g.group_id),
+            );
+            if reply.next_cursor == 0 {
+                break;
+            }
+            cursor = reply.next_cursor;
+        }
+        Ok(groups)
     }
 
     /// Refuses tokens of disabled users and tokens issued before the user's token version
@@ -135,11 +164,12 @@ impl Backends {
         Ok(())
     }
 
-    pub async fn online(&self, device: Device) -> Result<(), Status> {
+    pub async fn online(&self, device: Device, super_group_ids: Vec<i64>) -> Result<(), Status> {
         let request = self.caller.request(
             Actor::System,
             OnlineRequest {
                 device: Some(device),
+                super_group_ids,
             },
         );
         self.notify.clone().online(request).await?;

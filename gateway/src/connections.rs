@@ -5,13 +5,16 @@
 //! one slow device never delays the others.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::atomic::{AtomicU64, Ordering},
 };
 
 use bytes::Bytes;
 use imesh_kit::identity;
-use imesh_protos::gateway::{self as pb, gateway_service_server::GatewayService};
+use imesh_protos::{
+    gateway::{self as pb, gateway_service_server::GatewayService},
+    sync::RawEntry,
+};
 use parking_lot::RwLock;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio_util::sync::CancellationToken;
@@ -31,6 +34,8 @@ pub struct Handle {
 pub struct Connections {
     next_id: AtomicU64,
     open: RwLock<HashMap<u64, Handle>>,
+    /// Super group → the connections here whose user belongs to it.
+    followers: RwLock<HashMap<i64, HashSet<u64>>>,
 }
 
 impl Connections {
@@ -43,6 +48,30 @@ impl Connections {
 
     pub fn remove(&self, id: u64) {
         self.open.write().remove(&id);
+        self.followers.write().retain(|_, conns| {
+            conns.remove(&id);
+            !conns.is_empty()
+        });
+    }
+
+    /// Connection `id` receives the live events of `groups`.
+    pub fn follow(&self, id: u64, groups: &[i64]) {
+        let mut followers = self.followers.write();
+        for group in groups {
+            followers.entry(*group).or_default().insert(id);
+        }
+    }
+
+    /// Queues `event` (a live group event) on every connection following `group`.
+    pub fn offer_group(&self, group: i64, event: Bytes) {
+        let conns: Vec<u64> = match self.followers.read().get(&group) {
+            Some(conns) => conns.iter().copied().collect(),
+            None => return,
+        };
+        let frame = frames::push(vec![RawEntry { sync_seq: 0, event }]);
+        for conn in conns {
+            self.offer(conn, frame.clone());
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -88,11 +117,18 @@ impl GatewayService for PushApi {
         request: Request<pb::PushRequest>,
     ) -> Result<Response<pb::PushResponse>, Status> {
         identity::actor(&request)?.require_system()?;
+        let pb::PushRequest {
+            pushes,
+            group_events,
+        } = request.into_inner();
         let mut gone_conn_ids = Vec::new();
-        for push in request.into_inner().pushes {
+        for push in pushes {
             if !self.0.offer(push.conn_id, frames::push(push.entries)) {
                 gone_conn_ids.push(push.conn_id);
             }
+        }
+        for event in group_events {
+            self.0.offer_group(event.group_id, event.event);
         }
         Ok(Response::new(pb::PushResponse { gone_conn_ids }))
     }

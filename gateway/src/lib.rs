@@ -42,6 +42,8 @@ pub struct Config {
     pub advertise_addr: String,
     /// relation-svc (token versions on connect).
     pub relation_addr: String,
+    /// group-svc (the super groups a connection follows live).
+    pub group_addr: String,
     pub message_addr: String,
     pub sync_addr: String,
     pub notify_addr: String,
@@ -62,6 +64,7 @@ impl Default for Config {
             grpc: GrpcConfig::on(([0, 0, 0, 0], 50056).into()),
             advertise_addr: String::new(),
             relation_addr: "127.0.0.1:50051".into(),
+            group_addr: "127.0.0.1:50052".into(),
             message_addr: "127.0.0.1:50053".into(),
             sync_addr: "127.0.0.1:50054".into(),
             notify_addr: "127.0.0.1:50055".into(),
@@ -127,16 +130,9 @@ impl Service {
             addr => addr.to_owned(),
         };
         let caller = Caller::new(&self.auth.internal_secret)?;
-        let c = &self.config;
         let gateway = Arc::new(Gateway {
             tokens: Tokens::new(&self.auth.jwt_secret, Duration::from_secs(1))?,
-            backends: backends::Backends::new(
-                caller,
-                &c.relation_addr,
-                &c.message_addr,
-                &c.sync_addr,
-                &c.notify_addr,
-            )?,
+            backends: backends::Backends::new(caller, &self.config)?,
             connections: Arc::new(connections::Connections::default()),
             advertise,
             draining: CancellationToken::new(),

@@ -54,6 +54,8 @@ pub fn authenticate(tokens: &Tokens, frame: &[u8]) -> Result<(u64, Verified, pb:
 #[derive(Clone)]
 pub struct Session {
     pub device: Device,
+    /// The super groups whose live events this connection receives.
+    pub super_groups: std::sync::Arc<[i64]>,
     pub backends: Backends,
 }
 

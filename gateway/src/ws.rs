@@ -93,8 +93,17 @@ async fn serve_socket(socket: WebSocket, gateway: Arc<Gateway>) {
         conn_id,
     };
     let writer = tokio::spawn(write_frames(sink, rx, close.clone()));
+    let super_groups: std::sync::Arc<[i64]> = match gateway.backends.super_groups(user).await {
+        Ok(groups) => groups.into(),
+        Err(status) => {
+            tracing::warn!(error = %status, "listing super groups failed; no live hints for them");
+            std::sync::Arc::from([])
+        }
+    };
+    gateway.connections.follow(conn_id, &super_groups);
     let session = Session {
         device: device.clone(),
+        super_groups: super_groups.clone(),
         backends: gateway.backends.clone(),
     };
     let auth_ok = Body::AuthOk(pb::AuthOk {
@@ -102,7 +111,11 @@ async fn serve_socket(socket: WebSocket, gateway: Arc<Gateway>) {
         connection_id: conn_id,
     });
     let _ = tx.send(frames::encode(request_id, auth_ok)).await;
-    match gateway.backends.online(device.clone()).await {
+    match gateway
+        .backends
+        .online(device.clone(), super_groups.to_vec())
+        .await
+    {
         Ok(()) => read_frames(&mut stream, &session, &tx, &close, &gateway).await,
         Err(status) => {
             tracing::warn!(error = %status, "registering presence failed");
@@ -191,7 +204,8 @@ async fn read_frames(
         if refreshed.elapsed() >= refresh_every {
             refreshed = Instant::now();
             let (backends, device) = (session.backends.clone(), session.device.clone());
-            tokio::spawn(async move { backends.online(device).await });
+            let groups = session.super_groups.to_vec();
+            tokio::spawn(async move { backends.online(device, groups).await });
         }
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;

@@ -200,6 +200,7 @@ impl Cluster {
                 listen: addrs.gateway,
                 grpc: grpc(addrs.gateway_grpc),
                 relation_addr: addrs.relation.to_string(),
+                group_addr: addrs.group.to_string(),
                 message_addr: addrs.message.to_string(),
                 sync_addr: addrs.sync.to_string(),
                 notify_addr: addrs.notify.to_string(),

@@ -28,12 +28,13 @@ impl NotifyService for NotifyApi {
         request: Request<pb::OnlineRequest>,
     ) -> Result<Response<pb::OnlineResponse>, Status> {
         identity::actor(&request)?.require_system()?;
-        let device = request
-            .into_inner()
-            .device
-            .ok_or_else(|| error::invalid("device", "must be set"))?;
+        let pb::OnlineRequest {
+            device,
+            super_group_ids,
+        } = request.into_inner();
+        let device = device.ok_or_else(|| error::invalid("device", "must be set"))?;
         self.router
-            .online(route_from_proto(device))
+            .online(route_from_proto(device), &super_group_ids)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::OnlineResponse {}))
@@ -79,6 +80,25 @@ impl NotifyService for NotifyApi {
             .collect();
         let devices = self.router.deliver(deliveries).await.map_err(status)?;
         Ok(Response::new(pb::DeliverResponse { devices }))
+    }
+
+    async fn deliver_to_groups(
+        &self,
+        request: Request<pb::DeliverToGroupsRequest>,
+    ) -> Result<Response<pb::DeliverResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let events = request
+            .into_inner()
+            .events
+            .into_iter()
+            .map(|e| (e.group_id, e.event))
+            .collect();
+        let gateways = self
+            .router
+            .deliver_to_groups(events)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::DeliverResponse { devices: gateways }))
     }
 }
 

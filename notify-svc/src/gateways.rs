@@ -2,9 +2,11 @@
 
 use std::collections::HashMap;
 
+use bytes::Bytes;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     gateway::{self as pb, gateway_service_client::GatewayServiceClient},
+    notify::GroupEvent,
     sync::RawEntry,
 };
 use parking_lot::Mutex;
@@ -53,10 +55,30 @@ impl Gateways for GrpcGateways {
                     .collect(),
             })
             .collect();
-        let request = self
-            .caller
-            .request(Actor::System, pb::PushRequest { pushes });
+        let request = self.caller.request(
+            Actor::System,
+            pb::PushRequest {
+                pushes,
+                group_events: vec![],
+            },
+        );
         let response = self.client(addr)?.push(request).await?;
         Ok(response.into_inner().gone_conn_ids)
+    }
+
+    async fn push_groups(&self, addr: &str, events: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
+        let group_events = events
+            .into_iter()
+            .map(|(group_id, event)| GroupEvent { group_id, event })
+            .collect();
+        let request = self.caller.request(
+            Actor::System,
+            pb::PushRequest {
+                pushes: vec![],
+                group_events,
+            },
+        );
+        self.client(addr)?.push(request).await?;
+        Ok(())
     }
 }

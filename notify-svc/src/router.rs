@@ -1,4 +1,5 @@
-//! Routing: inbox entries → the online devices of their users → one Push per gateway.
+//! Routing: inbox entries → the online devices of their users → one Push per gateway; live
+//! events of read-fanout groups → the gateways holding their members → one Push each.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -26,6 +27,9 @@ pub struct ConnectionPush {
 pub trait Gateways: Send + Sync + 'static {
     /// Pushes to connections on the gateway at `addr`; returns the connections it no longer holds.
     async fn push(&self, addr: &str, pushes: Vec<ConnectionPush>) -> anyhow::Result<Vec<u64>>;
+    /// Pushes group events `(group, encoded event)` to the gateway at `addr`, which hands
+    /// each to its connections of the group's members.
+    async fn push_groups(&self, addr: &str, events: Vec<(i64, Bytes)>) -> anyhow::Result<()>;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +55,8 @@ impl Router {
         }
     }
 
-    pub async fn online(&self, route: DeviceRoute) -> Result<(), Error> {
+    /// Records a device's route and, for its gateway, the read-fanout groups of its user.
+    pub async fn online(&self, route: DeviceRoute, super_groups: &[i64]) -> Result<(), Error> {
         if route.user_id <= 0 {
             return Err(Error::Invalid {
                 field: "device.user_id",
@@ -64,7 +69,49 @@ impl Router {
                 reason: "device_id and gateway_addr must be set".into(),
             });
         }
-        Ok(self.presence.online(&route, self.ttl).await?)
+        if super_groups.iter().any(|g| *g <= 0) {
+            return Err(Error::Invalid {
+                field: "super_group_ids",
+                reason: "must be group ids".into(),
+            });
+        }
+        self.presence.online(&route, self.ttl).await?;
+        if !super_groups.is_empty() {
+            let gateway = route.gateway_addr.as_str();
+            self.presence
+                .subscribe(gateway, super_groups, self.ttl)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Pushes each group's events to every gateway holding members of it, one call per
+    /// gateway, all at once. Returns how many gateways were reached; a failing gateway is
+    /// logged and skipped (its devices catch up through History).
+    pub async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> Result<u32, Error> {
+        let mut by_gateway: HashMap<String, Vec<(i64, Bytes)>> = HashMap::new();
+        for (group, event) in events {
+            for gateway in self.presence.gateways_of(group).await? {
+                by_gateway
+                    .entry(gateway)
+                    .or_default()
+                    .push((group, event.clone()));
+            }
+        }
+        let calls = by_gateway.into_iter().map(|(addr, events)| async move {
+            let result = self.gateways.push_groups(&addr, events).await;
+            (addr, result)
+        });
+        let mut reached = 0;
+        for (addr, result) in futures::future::join_all(calls).await {
+            match result {
+                Ok(()) => reached += 1,
+                Err(e) => {
+                    tracing::warn!(gateway = %addr, error = %format!("{e:#}"), "group push to gateway failed")
+                }
+            }
+        }
+        Ok(reached)
     }
 
     pub async fn offline(&self, user_id: i64, device_id: &str, conn_id: u64) -> Result<(), Error> {

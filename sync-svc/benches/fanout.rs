@@ -26,6 +26,10 @@ impl Notifier for Nobody {
     async fn deliver(&self, _: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
         Ok(())
     }
+
+    async fn deliver_to_groups(&self, _: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 #[async_trait::async_trait]
@@ -53,6 +57,7 @@ async fn inboxes(backend: testing::Backend) -> Inboxes {
             notifier: Arc::new(Nobody),
             members: Arc::new(Nobody),
             encode_read: sync_svc::api::encode_read,
+            encode_advanced: sync_svc::api::encode_advanced,
         },
     )
 }

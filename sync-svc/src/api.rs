@@ -143,6 +143,18 @@ pub fn encode_read(conversation_id: &str, user: i64, read_seq: i64) -> bytes::By
     .into()
 }
 
+/// The encoded ConversationAdvanced hint (the domain's [`crate::domain::EncodeAdvanced`]).
+pub fn encode_advanced(conversation_id: &str, latest_seq: i64) -> bytes::Bytes {
+    pb::SyncEvent {
+        kind: Some(pb::sync_event::Kind::Advanced(pb::ConversationAdvanced {
+            conversation_id: conversation_id.to_owned(),
+            latest_seq,
+        })),
+    }
+    .encode_to_vec()
+    .into()
+}
+
 /// What a message or recall event does to its conversation's state.
 fn mark_of(event: &pb::SyncEvent) -> Option<Mark> {
     use pb::sync_event::Kind;

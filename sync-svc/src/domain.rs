@@ -2,7 +2,10 @@
 //! pulls after a cursor, cumulative device acks; conversation state in [`reads`]. No tonic
 //! or sea-orm types here.
 
-use std::{collections::HashSet, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use bytes::Bytes;
 use imesh_kit::{error::StoreError, ids::Snowflake, seq::SeqAllocator};
@@ -66,6 +69,8 @@ pub trait Memberships: Send + Sync + 'static {
 #[async_trait::async_trait]
 pub trait Notifier: Send + Sync + 'static {
     async fn deliver(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()>;
+    /// Live events of read-fanout groups, `(group, encoded event)`, for their online members.
+    async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> anyhow::Result<()>;
 }
 
 pub const MAX_RECIPIENTS: usize = 10_000;
@@ -79,7 +84,11 @@ pub struct Inboxes {
     notifier: Arc<dyn Notifier>,
     members: Arc<dyn Memberships>,
     encode_read: EncodeRead,
+    encode_advanced: EncodeAdvanced,
 }
+
+/// Encodes the live hint that a read-fanout conversation reached `latest_seq`.
+pub type EncodeAdvanced = fn(conversation_id: &str, latest_seq: i64) -> Bytes;
 
 /// What [`Inboxes`] is built from besides its store.
 pub struct Parts {
@@ -88,6 +97,7 @@ pub struct Parts {
     pub notifier: Arc<dyn Notifier>,
     pub members: Arc<dyn Memberships>,
     pub encode_read: EncodeRead,
+    pub encode_advanced: EncodeAdvanced,
 }
 
 impl Inboxes {
@@ -98,6 +108,7 @@ impl Inboxes {
             notifier,
             members,
             encode_read,
+            encode_advanced,
         } = parts;
         Self {
             store,
@@ -106,6 +117,7 @@ impl Inboxes {
             notifier,
             members,
             encode_read,
+            encode_advanced,
         }
     }
 
@@ -138,9 +150,20 @@ impl Inboxes {
         let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
         let mut seen: HashSet<String> = self.store.known_events(&ids).await?;
         let mut stored = Vec::new();
+        // Read-fanout groups whose conversation moved on: the latest seq of each, one live
+        // hint per group however many of its messages this batch holds.
+        let mut advanced: HashMap<i64, (String, i64)> = HashMap::new();
         for event in events {
             if !seen.insert(event.event_id.clone()) {
                 continue;
+            }
+            if let (Some(group), Some(mark)) = (event.read_fanout_group, &event.mark)
+                && matches!(mark.change, Change::Message { .. })
+            {
+                let latest = advanced
+                    .entry(group)
+                    .or_insert((mark.conversation_id.clone(), 0));
+                latest.1 = latest.1.max(mark.seq);
             }
             let mut recipients = event.recipients;
             recipients.sort_unstable();
@@ -164,6 +187,7 @@ impl Inboxes {
         // retry then finds the event known.
         self.store.append(&stored).await?;
         self.notify(&stored).await;
+        self.advance(advanced).await;
         Ok(Appended {
             appended,
             duplicates: total - appended,
@@ -186,6 +210,21 @@ impl Inboxes {
         }
         if let Err(e) = self.notifier.deliver(per_user.into_iter().collect()).await {
             tracing::warn!(error = %format!("{e:#}"), "live delivery failed; devices will catch up by pulling");
+        }
+    }
+
+    /// Tells the gateways holding members of each group that its conversation moved on
+    /// (best effort: members also catch up through History).
+    async fn advance(&self, advanced: HashMap<i64, (String, i64)>) {
+        if advanced.is_empty() {
+            return;
+        }
+        let events = advanced
+            .into_iter()
+            .map(|(group, (conversation, seq))| (group, (self.encode_advanced)(&conversation, seq)))
+            .collect();
+        if let Err(e) = self.notifier.deliver_to_groups(events).await {
+            tracing::warn!(error = %format!("{e:#}"), "live group hints failed; members catch up through History");
         }
     }
 

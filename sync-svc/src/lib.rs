@@ -95,6 +95,7 @@ impl Service {
                 notifier: Arc::new(notifier),
                 members: Arc::new(members),
                 encode_read: api::encode_read,
+                encode_advanced: api::encode_advanced,
             },
         );
         Ok(Self {

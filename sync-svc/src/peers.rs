@@ -1,10 +1,14 @@
 //! The notify-svc client that carries new inbox entries to online devices, and the
 //! group-svc client that answers who belongs to a read-fanout group.
 
+use bytes::Bytes;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     group::{MemberStatus, MembershipRequest, group_service_client::GroupServiceClient},
-    notify::{DeliverRequest, Delivery, notify_service_client::NotifyServiceClient},
+    notify::{
+        DeliverRequest, DeliverToGroupsRequest, Delivery, GroupEvent,
+        notify_service_client::NotifyServiceClient,
+    },
     sync::RawEntry,
 };
 use tonic::transport::Channel;
@@ -45,6 +49,18 @@ impl Notifier for NotifyNotifier {
             .caller
             .request(Actor::System, DeliverRequest { deliveries });
         self.client.clone().deliver(request).await?;
+        Ok(())
+    }
+
+    async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
+        let events = events
+            .into_iter()
+            .map(|(group_id, event)| GroupEvent { group_id, event })
+            .collect();
+        let request = self
+            .caller
+            .request(Actor::System, DeliverToGroupsRequest { events });
+        self.client.clone().deliver_to_groups(request).await?;
         Ok(())
     }
 }

@@ -311,6 +311,10 @@ async fn super_group_scenario(stores: Stores) {
     let mut c = env.signed_in(&carol_token, "carol-phone").await;
     let group = create_group(&env, alice, vec![bob, carol], GroupType::Super).await;
     let conversation = format!("g:{group}");
+    // A device connecting now follows the super group live (its first reply means the
+    // gateway has registered it).
+    let mut b2 = env.signed_in(&bob_token, "bob-tablet").await;
+    assert!(matches!(b2.ping().await, Body::Pong(_)), "{stores:?}");
     // The creation notice is seq 1; the three updates are 2–4.
     assert_eq!(
         b.notice_seq(&conversation, "group.created").await,
@@ -328,6 +332,21 @@ async fn super_group_scenario(stores: Stores) {
             })
             .await;
         assert!(matches!(reply, Body::SendAck(_)), "{stores:?}: {reply:?}");
+    }
+    // Online members get coalesced "conversation now at seq N" hints, not the messages.
+    loop {
+        let hint = pushed(&mut b2, |k| match k {
+            Kind::Advanced(a) => Some(a),
+            Kind::Message(m) if m.conversation_id == conversation => {
+                panic!("{stores:?}: a super group message was pushed: {m:?}")
+            }
+            _ => None,
+        })
+        .await;
+        assert_eq!(hint.conversation_id, conversation, "{stores:?}");
+        if hint.latest_seq == 4 {
+            break;
+        }
     }
     // Members catch up by seq from the conversation itself.
     let page = b

@@ -15,6 +15,8 @@ type Devices = HashMap<String, (DeviceRoute, Instant)>;
 #[derive(Default)]
 pub struct MemoryPresence {
     users: Mutex<HashMap<i64, Devices>>,
+    /// group → gateway address → expiry.
+    groups: Mutex<HashMap<i64, HashMap<String, Instant>>>,
 }
 
 #[async_trait]
@@ -55,5 +57,35 @@ impl Presence for MemoryPresence {
             .filter(|(_, expires)| *expires > now)
             .map(|(route, _)| route.clone())
             .collect())
+    }
+
+    async fn subscribe(
+        &self,
+        gateway_addr: &str,
+        groups: &[i64],
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let expires = Instant::now() + ttl;
+        let mut map = self.groups.lock();
+        for group in groups {
+            let gateways = map.entry(*group).or_default();
+            gateways.retain(|_, until| *until > Instant::now());
+            gateways.insert(gateway_addr.to_owned(), expires);
+        }
+        Ok(())
+    }
+
+    async fn gateways_of(&self, group: i64) -> Result<Vec<String>, StoreError> {
+        let now = Instant::now();
+        let map = self.groups.lock();
+        let mut gateways: Vec<String> = map
+            .get(&group)
+            .into_iter()
+            .flatten()
+            .filter(|(_, until)| **until > now)
+            .map(|(addr, _)| addr.clone())
+            .collect();
+        gateways.sort();
+        Ok(gateways)
     }
 }

@@ -1,4 +1,5 @@
-//! Presence: which devices of a user are connected, and through which gateway. Adapters:
+//! Presence: which devices of a user are connected, and through which gateway, and which
+//! gateways hold members of each read-fanout group. Adapters:
 //! [`MemoryPresence`] (the embedded default) and [`RedisPresence`]; one contract suite runs
 //! against both.
 
@@ -33,6 +34,15 @@ pub trait Presence: Send + Sync + 'static {
     async fn offline(&self, user_id: i64, device_id: &str, conn_id: u64) -> Result<(), StoreError>;
     /// Every unexpired route of the given users.
     async fn lookup(&self, users: &[i64]) -> Result<Vec<DeviceRoute>, StoreError>;
+    /// Records (or refreshes) for `ttl` that `gateway_addr` holds members of `groups`.
+    async fn subscribe(
+        &self,
+        gateway_addr: &str,
+        groups: &[i64],
+        ttl: Duration,
+    ) -> Result<(), StoreError>;
+    /// The gateways with an unexpired subscription to `group`.
+    async fn gateways_of(&self, group: i64) -> Result<Vec<String>, StoreError>;
 }
 
 #[cfg(test)]

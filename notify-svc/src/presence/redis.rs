@@ -1,11 +1,13 @@
 //! Presence in Redis: one hash per user, `{u:<id>}:devices`, field = device id, value =
 //! `conn_id|expires_at_ms|platform|gateway_addr`. The key expires with its newest refresh;
-//! each field carries its own expiry, checked on lookup.
+//! each field carries its own expiry, checked on lookup. Group subscriptions are a sorted
+//! set per group, `{g:<id>}:gateways`, member = gateway address, score = expiry (its key
+//! expiry only ever extended, with `PEXPIRE NX` / `GT`: Redis 7 or later).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fred::prelude::*;
+use fred::{prelude::*, types::ExpireOptions};
 use imesh_kit::{error::StoreError, ids::unix_ms};
 
 use super::{DeviceRoute, Presence};
@@ -17,6 +19,11 @@ const OFFLINE_IF_SAME_CONN: &str = "local v = redis.call('HGET', KEYS[1], ARGV[1
 
 fn key(user_id: i64) -> String {
     format!("{{u:{user_id}}}:devices")
+}
+
+/// The gateways holding members of a read-fanout group: a sorted set scored by expiry.
+fn group_key(group: i64) -> String {
+    format!("{{g:{group}}}:gateways")
 }
 
 #[derive(Clone)]
@@ -93,5 +100,46 @@ impl Presence for RedisPresence {
                     .filter_map(move |(device, value)| parse(*user, device, &value, now))
             })
             .collect())
+    }
+
+    async fn subscribe(
+        &self,
+        gateway_addr: &str,
+        groups: &[i64],
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let now = unix_ms();
+        let expires_at = (now + ttl.as_millis() as i64) as f64;
+        let client = self.pool.next();
+        let calls = groups.iter().map(|group| {
+            let key = group_key(*group);
+            let client = client.clone();
+            async move {
+                let _: () = client
+                    .zadd(&key, None, None, false, false, (expires_at, gateway_addr))
+                    .await?;
+                let _: () = client
+                    .zremrangebyscore(&key, f64::NEG_INFINITY, now as f64)
+                    .await?;
+                // The key lives as long as its longest subscription: give it an expiry
+                // where it has none, and only ever extend it.
+                let ms = ttl.as_millis() as i64;
+                let _: () = client.pexpire(&key, ms, Some(ExpireOptions::NX)).await?;
+                client
+                    .pexpire::<(), _>(&key, ms, Some(ExpireOptions::GT))
+                    .await
+            }
+        });
+        futures::future::try_join_all(calls).await?;
+        Ok(())
+    }
+
+    async fn gateways_of(&self, group: i64) -> Result<Vec<String>, StoreError> {
+        let now = unix_ms() as f64;
+        let gateways: Vec<String> = self
+            .pool
+            .zrangebyscore(group_key(group), now, f64::INFINITY, false, None)
+            .await?;
+        Ok(gateways)
     }
 }

@@ -102,3 +102,32 @@ async fn routes_expire_after_their_ttl() {
         }
     }
 }
+
+#[tokio::test]
+async fn group_subscriptions_name_each_gateway_once_until_they_expire() {
+    for (name, presence) in adapters().await {
+        let group = testing::random_id();
+        presence
+            .subscribe("10.0.0.7:50056", &[group], TTL)
+            .await
+            .unwrap();
+        presence
+            .subscribe("10.0.0.7:50056", &[group], TTL)
+            .await
+            .unwrap();
+        presence
+            .subscribe("10.0.0.8:50056", &[group], Duration::from_millis(1))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(
+            presence.gateways_of(group).await.unwrap(),
+            vec!["10.0.0.7:50056".to_owned()],
+            "{name}: a refresh is one entry; an expired one is gone"
+        );
+        assert!(
+            presence.gateways_of(group + 1).await.unwrap().is_empty(),
+            "{name}"
+        );
+    }
+}

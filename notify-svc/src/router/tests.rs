@@ -9,6 +9,7 @@ use crate::presence::MemoryPresence;
 struct Fleet {
     pushes: Mutex<Vec<(String, u64, Vec<i64>)>>,
     gone: Vec<u64>,
+    group_pushes: Mutex<Vec<(String, Vec<i64>)>>,
 }
 
 #[async_trait::async_trait]
@@ -24,6 +25,13 @@ impl Gateways for Fleet {
         }
         got.sort();
         Ok(self.gone.clone())
+    }
+
+    async fn push_groups(&self, addr: &str, events: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
+        let mut got = self.group_pushes.lock();
+        got.push((addr.to_owned(), events.iter().map(|(g, _)| *g).collect()));
+        got.sort();
+        Ok(())
     }
 }
 
@@ -54,9 +62,18 @@ async fn entries_reach_every_online_device_grouped_by_gateway() {
         fleet.clone(),
         Duration::from_secs(60),
     );
-    router.online(route(1, "phone", "gw-a", 10)).await.unwrap();
-    router.online(route(1, "laptop", "gw-b", 11)).await.unwrap();
-    router.online(route(2, "phone", "gw-a", 12)).await.unwrap();
+    router
+        .online(route(1, "phone", "gw-a", 10), &[])
+        .await
+        .unwrap();
+    router
+        .online(route(1, "laptop", "gw-b", 11), &[])
+        .await
+        .unwrap();
+    router
+        .online(route(2, "phone", "gw-a", 12), &[])
+        .await
+        .unwrap();
     let reached = router
         .deliver(vec![
             (1, entries(&[5, 6])),
@@ -84,7 +101,10 @@ async fn connections_a_gateway_no_longer_holds_leave_presence() {
         ..Fleet::default()
     });
     let router = Router::new(presence.clone(), fleet, Duration::from_secs(60));
-    router.online(route(1, "phone", "gw-a", 10)).await.unwrap();
+    router
+        .online(route(1, "phone", "gw-a", 10), &[])
+        .await
+        .unwrap();
     router.deliver(vec![(1, entries(&[1]))]).await.unwrap();
     assert!(presence.lookup(&[1]).await.unwrap().is_empty());
 }
@@ -97,16 +117,61 @@ async fn a_route_without_device_or_gateway_is_refused() {
         Duration::from_secs(60),
     );
     assert!(matches!(
-        router.online(route(1, "", "gw", 1)).await,
+        router.online(route(1, "", "gw", 1), &[]).await,
         Err(Error::Invalid {
             field: "device",
             ..
         })
     ));
     assert!(matches!(
-        router.online(route(0, "p", "gw", 1)).await,
+        router.online(route(0, "p", "gw", 1), &[]).await,
         Err(Error::Invalid {
             field: "device.user_id",
+            ..
+        })
+    ));
+}
+
+#[tokio::test]
+async fn group_events_reach_each_subscribed_gateway_once_and_no_other() {
+    let fleet = Arc::new(Fleet::default());
+    let router = Router::new(
+        Arc::new(MemoryPresence::default()),
+        fleet.clone(),
+        Duration::from_secs(60),
+    );
+    router
+        .online(route(1, "phone", "gw-a", 10), &[70, 71])
+        .await
+        .unwrap();
+    router
+        .online(route(2, "phone", "gw-a", 11), &[70])
+        .await
+        .unwrap();
+    router
+        .online(route(3, "phone", "gw-b", 12), &[71])
+        .await
+        .unwrap();
+    router
+        .online(route(4, "phone", "gw-c", 13), &[])
+        .await
+        .unwrap();
+    let event = || Bytes::from_static(b"advanced");
+    let reached = router
+        .deliver_to_groups(vec![(70, event()), (71, event()), (72, event())])
+        .await
+        .unwrap();
+    assert_eq!(reached, 2);
+    assert_eq!(
+        *fleet.group_pushes.lock(),
+        vec![("gw-a".into(), vec![70, 71]), ("gw-b".into(), vec![71])],
+        "one call per gateway, gw-c holds no member"
+    );
+    let bad = router.online(route(5, "phone", "gw-a", 14), &[0]).await;
+    assert!(matches!(
+        bad,
+        Err(Error::Invalid {
+            field: "super_group_ids",
             ..
         })
     ));

@@ -12,8 +12,9 @@ use imesh_kit::{
 use super::*;
 use crate::store::sql::{Migrator, SqlInboxStore};
 
+/// Live deliveries as (user, sync_seqs), and group hints as (group, event bytes).
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(i64, Vec<i64>)>>);
+struct Recorder(Mutex<Vec<(i64, Vec<i64>)>>, Mutex<Vec<(i64, Bytes)>>);
 
 #[async_trait::async_trait]
 impl Notifier for Recorder {
@@ -23,6 +24,11 @@ impl Notifier for Recorder {
             got.push((user, entries.iter().map(|e| e.sync_seq).collect()));
         }
         got.sort();
+        Ok(())
+    }
+
+    async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
+        self.1.lock().extend(events);
         Ok(())
     }
 }
@@ -56,6 +62,7 @@ async fn inboxes() -> (Inboxes, Arc<Recorder>) {
             notifier: recorder.clone(),
             members: Arc::new(Members),
             encode_read: crate::api::encode_read,
+            encode_advanced: crate::api::encode_advanced,
         },
     );
     (inboxes, recorder)

@@ -215,6 +215,23 @@ async fn read_fanout_writes_no_inbox_entries_and_members_open_their_state_by_rea
         inboxes.append(vec![event]).await.unwrap();
     }
     assert!(recorder.0.lock().is_empty(), "nothing to push per member");
+    let hints: Vec<(i64, pb::ConversationAdvanced)> = recorder
+        .1
+        .lock()
+        .iter()
+        .map(
+            |(group, event)| match pb::SyncEvent::decode(event.clone()).unwrap().kind {
+                Some(pb::sync_event::Kind::Advanced(a)) => (*group, a),
+                other => panic!("not a hint: {other:?}"),
+            },
+        )
+        .collect();
+    let latest: Vec<(i64, i64)> = hints.iter().map(|(g, a)| (*g, a.latest_seq)).collect();
+    assert_eq!(
+        latest,
+        vec![(70, 1), (70, 2), (70, 3)],
+        "one live hint per append"
+    );
     assert!(inboxes.pull(2, 0, 10).await.unwrap().0.is_empty());
     assert_eq!(
         unread(&inboxes, 1).await,
