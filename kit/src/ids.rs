@@ -52,6 +52,12 @@ impl Snowflake {
     }
 }
 
+/// The lowest id any node hands out at `unix_ms`: ids below it are older (retention cuts).
+pub fn first_id_at(unix_ms: i64) -> i64 {
+    let ms = (unix_ms.max(0) as u64).saturating_sub(EPOCH_MS);
+    (ms << (NODE_BITS + SEQ_BITS)) as i64
+}
+
 fn now_ms() -> u64 {
     let since_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -69,6 +75,14 @@ pub fn unix_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ids_minted_after_a_moment_are_at_or_above_its_first_id() {
+        let before = first_id_at(unix_ms());
+        let id = Snowflake::new(MAX_NODE).next_id();
+        assert!(id >= before);
+        assert!(first_id_at(unix_ms() + 1_000) > id);
+    }
+
     use std::{collections::HashSet, sync::Arc};
 
     use super::*;

@@ -228,6 +228,16 @@ impl Inboxes {
         }
     }
 
+    /// Drops inbox entries older than `retention` (the messages themselves stay in
+    /// message-svc's history); returns how many went.
+    pub async fn purge(&self, retention: std::time::Duration) -> Result<u64, Error> {
+        let cutoff = imesh_kit::ids::unix_ms() - retention.as_millis() as i64;
+        Ok(self
+            .store
+            .purge_before(imesh_kit::ids::first_id_at(cutoff))
+            .await?)
+    }
+
     /// `user`'s entries after `after`, oldest first; `has_more` when the page was full.
     pub async fn pull(
         &self,

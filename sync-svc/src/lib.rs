@@ -44,6 +44,9 @@ pub struct Config {
     pub group_addr: String,
     /// How far ahead each persisted sync_seq ceiling reaches.
     pub seq_step: i64,
+    /// Inbox entries older than this are dropped (hourly); 0 keeps them forever. The
+    /// messages stay in message-svc's history.
+    pub inbox_retention_hours: u64,
 }
 
 impl Default for Config {
@@ -55,6 +58,7 @@ impl Default for Config {
             notify_addr: "127.0.0.1:50055".into(),
             group_addr: "127.0.0.1:50052".into(),
             seq_step: 1000,
+            inbox_retention_hours: 7 * 24,
         }
     }
 }
@@ -111,16 +115,47 @@ impl Service {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
+        let stop_purging = tokio_util::sync::CancellationToken::new();
+        let purging = tokio::spawn(purge_hourly(
+            self.inboxes.clone(),
+            self.config.inbox_retention_hours,
+            stop_purging.clone(),
+        ));
         let api = api::SyncApi::new(self.inboxes);
-        grpc::Server::new(&self.config.grpc)
+        let served = grpc::Server::new(&self.config.grpc)
             .add_service(SyncServiceServer::with_interceptor(
                 api,
                 InternalAuth::new(&self.auth.internal_secret),
             ))
             .readiness(imesh_kit::sql::readiness(&self.db))
             .serve(listener, shutdown)
-            .await?;
+            .await;
+        stop_purging.cancel();
+        purging.await?;
         self.db.close().await?;
-        Ok(())
+        served
+    }
+}
+
+/// Drops inbox entries past the retention once an hour until `stop`.
+async fn purge_hourly(
+    inboxes: Arc<domain::Inboxes>,
+    retention_hours: u64,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    if retention_hours == 0 {
+        return;
+    }
+    let retention = std::time::Duration::from_secs(retention_hours * 3600);
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = every.tick() => match inboxes.purge(retention).await {
+                Ok(0) => {}
+                Ok(purged) => tracing::info!(purged, "dropped inbox entries past the retention"),
+                Err(e) => tracing::warn!(error = %e, "purging old inbox entries failed; next hour"),
+            },
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Faults on the send path: with sync-svc down, sends are still acknowledged and stored
 //! (message and outbox row in one transaction); when sync-svc comes up the relay catches up
-//! and every message reaches the inbox once, in order.
+//! and every message reaches the inbox once, in order. With Redis flushed mid-run, seqs keep
+//! rising and none is handed out twice.
 
 use std::net::SocketAddr;
 
@@ -35,6 +36,131 @@ where
     let (stop, stopped) = oneshot::channel();
     tokio::spawn(serve(stopped));
     stop
+}
+
+/// One system notice to `user`; its seq.
+async fn notify(
+    messages: &mut MessageServiceClient<tonic::transport::Channel>,
+    caller: &Caller,
+    user: i64,
+    key: &str,
+) -> i64 {
+    let send = SendRequest {
+        client_msg_id: key.into(),
+        to: Some(To::UserId(user)),
+        content: Some(Content {
+            kind: Some(content::Kind::Text(Text {
+                text: format!("notice {key}"),
+            })),
+        }),
+        ..SendRequest::default()
+    };
+    messages
+        .send(caller.request(Actor::System, send))
+        .await
+        .expect("a send is acknowledged")
+        .into_inner()
+        .seq
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seqs_keep_rising_without_reuse_when_redis_is_flushed_mid_run() {
+    let Some(redis) = testing::redis() else {
+        return; // the embedded default has no Redis to flush
+    };
+    // A database of its own on the test Redis, so flushing it touches no other test.
+    let url = redis.url().expect("a Redis URL");
+    let private = match url.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/7"),
+        None => format!("{url}/7"),
+    };
+    let redis = RedisConfig {
+        url: Secret::new(private),
+        ..redis
+    };
+    let auth = AuthConfig {
+        internal_secret: Secret::new(INTERNAL_SECRET),
+        jwt_secret: Secret::new(JWT_SECRET),
+    };
+    let caller = Caller::new(&auth.internal_secret).unwrap();
+    let (relation_l, relation_addr) = listener().await;
+    let (message_l, message_addr) = listener().await;
+    let (_, nowhere) = listener().await;
+    let relation = relation_svc::Service::build(
+        relation_svc::Config {
+            grpc: GrpcConfig::on(relation_addr),
+            database: testing::fresh_sql(testing::Backend::Sqlite).await.unwrap(),
+            sync_addr: nowhere.to_string(),
+            ..Default::default()
+        },
+        &auth,
+        14,
+    )
+    .await
+    .unwrap();
+    let _relation = spawn(|stop| {
+        relation.serve(relation_l, async {
+            stop.await.ok();
+        })
+    });
+    let message = message_svc::Service::build(
+        message_svc::Config {
+            grpc: GrpcConfig::on(message_addr),
+            database: testing::fresh_sql(testing::Backend::Sqlite).await.unwrap(),
+            redis: redis.clone(),
+            relation_addr: relation_addr.to_string(),
+            sync_addr: nowhere.to_string(),
+            seq_step: 10,
+            ..Default::default()
+        },
+        &auth,
+        15,
+    )
+    .await
+    .unwrap();
+    let _message = spawn(|stop| {
+        message.serve(message_l, async {
+            stop.await.ok();
+        })
+    });
+    let channel = |addr: SocketAddr| imesh_kit::grpc::channel(&addr.to_string()).unwrap();
+    let user = RelationServiceClient::new(channel(relation_addr))
+        .create_user(caller.request(
+            Actor::System,
+            CreateUserRequest {
+                username: "erin".into(),
+                nickname: "Erin".into(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .user
+        .unwrap()
+        .user_id;
+    let mut messages = MessageServiceClient::new(channel(message_addr));
+    let mut seqs = Vec::new();
+    for i in 0..15 {
+        seqs.push(notify(&mut messages, &caller, user, &format!("before-{i}")).await);
+    }
+    let pool = imesh_kit::redis::connect(&redis, redis.url().unwrap())
+        .await
+        .unwrap();
+    let _: () =
+        fred::interfaces::ClientLike::custom(&pool, fred::cmd!("FLUSHDB"), Vec::<String>::new())
+            .await
+            .unwrap();
+    for i in 0..15 {
+        seqs.push(notify(&mut messages, &caller, user, &format!("after-{i}")).await);
+    }
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "strictly increasing across the flush, so none reused: {seqs:?}"
+    );
+    assert!(
+        seqs[15] > seqs[14] + 1,
+        "the counter was lost and resumed above its persisted ceiling: {seqs:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,23 +229,11 @@ async fn sends_made_while_sync_svc_is_down_reach_the_inbox_once_it_is_back() {
         .unwrap()
         .user_id;
     let mut messages = MessageServiceClient::new(channel(message_addr));
-    for i in 1..=5 {
-        let send = SendRequest {
-            client_msg_id: format!("while-down-{i}"),
-            to: Some(To::UserId(user)),
-            content: Some(Content {
-                kind: Some(content::Kind::Text(Text {
-                    text: format!("notice {i}"),
-                })),
-            }),
-            ..SendRequest::default()
-        };
-        let ack = messages
-            .send(caller.request(Actor::System, send))
-            .await
-            .expect("a send is acknowledged while sync-svc is down")
-            .into_inner();
-        assert_eq!(ack.seq, i);
+    for i in 1..=100 {
+        assert_eq!(
+            notify(&mut messages, &caller, user, &format!("while-down-{i}")).await,
+            i
+        );
     }
 
     // sync-svc comes up where message-svc's relay has been knocking.
@@ -144,7 +258,13 @@ async fn sends_made_while_sync_svc_is_down_reach_the_inbox_once_it_is_back() {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let seqs = loop {
         let pulled = inbox
-            .pull(caller.request(Actor::User(user), PullRequest::default()))
+            .pull(caller.request(
+                Actor::User(user),
+                PullRequest {
+                    after_sync_seq: 0,
+                    limit: 500,
+                },
+            ))
             .await
             .map(|r| r.into_inner().entries)
             .unwrap_or_default();
@@ -155,7 +275,7 @@ async fn sends_made_while_sync_svc_is_down_reach_the_inbox_once_it_is_back() {
                 _ => None,
             })
             .collect();
-        if seqs.len() >= 5 {
+        if seqs.len() >= 100 {
             break seqs;
         }
         assert!(
@@ -164,5 +284,9 @@ async fn sends_made_while_sync_svc_is_down_reach_the_inbox_once_it_is_back() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
-    assert_eq!(seqs, vec![1, 2, 3, 4, 5], "each message once, in order");
+    assert_eq!(
+        seqs,
+        (1..=100).collect::<Vec<i64>>(),
+        "each message once, in order"
+    );
 }

@@ -34,6 +34,9 @@ pub trait InboxStore: Send + Sync + 'static {
     async fn append(&self, events: &[StoredEvent]) -> Result<(), StoreError>;
     /// Up to `limit` of `user`'s entries with `sync_seq > after`, in order.
     async fn entries(&self, user: i64, after: i64, limit: u32) -> Result<Vec<Entry>, StoreError>;
+    /// Drops the events with a row id below `event_id` (older than the retention) and their
+    /// inbox entries; returns how many entries went.
+    async fn purge_before(&self, event_id: i64) -> Result<u64, StoreError>;
     /// Raises the device's cursor to at least `sync_seq` and returns the stored value.
     async fn ack(&self, user: i64, device: &str, sync_seq: i64) -> Result<i64, StoreError>;
     /// `(conversation, read_seq, latest_seq)` of each of `conversations` `user` has a read

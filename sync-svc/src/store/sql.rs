@@ -142,6 +142,22 @@ impl InboxStore for SqlInboxStore {
             .map_err(Into::into)
     }
 
+    async fn purge_before(&self, event_id: i64) -> Result<u64, StoreError> {
+        let txn = self.db.begin().await?;
+        let entries = Query::delete()
+            .from_table(Inbox::Table)
+            .and_where(Expr::col(Inbox::EventPk).lt(event_id))
+            .to_owned();
+        let purged = txn.execute(&entries).await?.rows_affected();
+        let events = Query::delete()
+            .from_table(SyncEvents::Table)
+            .and_where(Expr::col(SyncEvents::Id).lt(event_id))
+            .to_owned();
+        txn.execute(&events).await?;
+        txn.commit().await?;
+        Ok(purged)
+    }
+
     async fn ack(&self, user: i64, device: &str, sync_seq: i64) -> Result<i64, StoreError> {
         let backend = self.db.get_database_backend();
         let raise = imesh_kit::sql::upsert_max(

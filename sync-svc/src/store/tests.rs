@@ -251,3 +251,26 @@ async fn the_conversation_list_pages_by_last_activity() {
         assert_eq!(store.total_unread(1).await.unwrap(), 4, "{backend:?}");
     }
 }
+
+#[tokio::test]
+async fn purging_drops_old_events_and_their_entries_only() {
+    for (backend, store) in stores().await {
+        for id in 1..=4 {
+            store
+                .append(&[event(id, &[(7, id), (8, id)])])
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.purge_before(3).await.unwrap(), 4, "{backend:?}");
+        let left: Vec<i64> = store
+            .entries(7, 0, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.sync_seq)
+            .collect();
+        assert_eq!(left, vec![3, 4], "{backend:?}");
+        let known = store.known_events(&["e1", "e3"]).await.unwrap();
+        assert_eq!(known, HashSet::from(["e3".to_owned()]), "{backend:?}");
+    }
+}
