@@ -14,8 +14,9 @@ use imesh_protos::{
     notify::{Device, OfflineRequest, OnlineRequest, notify_service_client::NotifyServiceClient},
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
     sync::{
-        AckRequest, ConversationsRequest, ConversationsResponse, MarkReadRequest, MarkReadResponse,
-        PullRequest, PullResponse, sync_service_client::SyncServiceClient,
+        AckRequest, ConversationSettings, ConversationsRequest, ConversationsResponse,
+        MarkReadRequest, MarkReadResponse, PullRequest, PullResponse, UpdateConversationRequest,
+        sync_service_client::SyncServiceClient,
     },
 };
 use tonic::{Status, transport::Channel};
@@ -150,6 +151,20 @@ impl Backends {
     ) -> Result<ConversationsResponse, Status> {
         let request = self.caller.request(Actor::User(user), request);
         Ok(self.sync.clone().conversations(request).await?.into_inner())
+    }
+
+    pub async fn update_conversation(
+        &self,
+        user: i64,
+        request: UpdateConversationRequest,
+    ) -> Result<ConversationSettings, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .sync
+            .clone()
+            .update_conversation(request)
+            .await?
+            .into_inner())
     }
 
     pub async fn ack(&self, user: i64, device_id: String, sync_seq: i64) -> Result<(), Status> {

@@ -116,6 +116,11 @@ impl Session {
                 .conversations(self.user(), request)
                 .await
                 .map(Body::Conversations),
+            Some(In::UpdateConversation(request)) => self
+                .backends
+                .update_conversation(self.user(), request)
+                .await
+                .map(Body::ConversationSettings),
             Some(In::Ack(pb::Ack { sync_seq })) => {
                 return match self
                     .backends

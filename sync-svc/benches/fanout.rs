@@ -58,6 +58,7 @@ async fn inboxes(backend: testing::Backend) -> Inboxes {
             members: Arc::new(Nobody),
             encode_read: sync_svc::api::encode_read,
             encode_advanced: sync_svc::api::encode_advanced,
+            encode_settings: sync_svc::api::encode_settings,
         },
     )
 }

@@ -8,7 +8,7 @@ use prost::Message as _;
 use tonic::{Request, Response, Status};
 
 use crate::domain::{
-    Change, ConversationView, Entry, Error, Inboxes, IncomingEvent, Mark, ReadMark,
+    Change, ConversationView, Entry, Error, Inboxes, IncomingEvent, Mark, ReadMark, Settings,
 };
 
 pub struct SyncApi {
@@ -128,6 +128,24 @@ impl SyncService for SyncApi {
             total_unread: page.total_unread,
         }))
     }
+
+    async fn update_conversation(
+        &self,
+        request: Request<pb::UpdateConversationRequest>,
+    ) -> Result<Response<pb::ConversationSettings>, Status> {
+        let user = identity::actor(&request)?.user()?;
+        let pb::UpdateConversationRequest {
+            conversation_id,
+            pinned,
+            muted,
+        } = request.into_inner();
+        let settings = self
+            .inboxes
+            .update_settings(user, &conversation_id, pinned, muted)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(settings_to_proto(&conversation_id, settings)))
+    }
 }
 
 /// The encoded ReadMoved event (the domain's [`crate::domain::EncodeRead`]).
@@ -141,6 +159,26 @@ pub fn encode_read(conversation_id: &str, user: i64, read_seq: i64) -> bytes::By
     }
     .encode_to_vec()
     .into()
+}
+
+/// The encoded ConversationSettings event (the domain's [`crate::domain::EncodeSettings`]).
+pub fn encode_settings(conversation_id: &str, settings: Settings) -> bytes::Bytes {
+    pb::SyncEvent {
+        kind: Some(pb::sync_event::Kind::Settings(settings_to_proto(
+            conversation_id,
+            settings,
+        ))),
+    }
+    .encode_to_vec()
+    .into()
+}
+
+fn settings_to_proto(conversation_id: &str, settings: Settings) -> pb::ConversationSettings {
+    pb::ConversationSettings {
+        conversation_id: conversation_id.to_owned(),
+        pinned: settings.pinned,
+        muted: settings.muted,
+    }
 }
 
 /// The encoded ConversationAdvanced hint (the domain's [`crate::domain::EncodeAdvanced`]).
@@ -204,6 +242,8 @@ fn conversation_to_proto(view: ConversationView) -> Result<pb::Conversation, Sta
         last_message,
         updated_at_ms: view.updated_at_ms,
         peer_read_seq: view.peer_read_seq,
+        pinned: view.settings.pinned,
+        muted: view.settings.muted,
     })
 }
 
@@ -245,6 +285,7 @@ fn status(err: Error) -> Status {
             error::unavailable(e.as_ref())
         }
         Error::Store(ref e) => error::internal(e),
+        Error::NoConversation => Status::not_found(err.to_string()),
         Error::Groups(ref e) => {
             tracing::error!(error = %format!("{e:#}"), "group-svc call failed");
             Status::unavailable("group-svc is unavailable; retry later")

@@ -14,7 +14,10 @@ use crate::store::{InboxStore, StoredEvent};
 
 mod reads;
 
-pub use reads::{Change, ConversationPage, ConversationView, Cursor, EncodeRead, Mark, ReadMark};
+pub use reads::{
+    Change, ConversationPage, ConversationView, Cursor, EncodeRead, EncodeSettings, Mark, ReadMark,
+    Settings,
+};
 
 /// An event to append to the inboxes of `recipients`; `payload` is an encoded SyncEvent.
 #[derive(Debug, Clone)]
@@ -50,6 +53,8 @@ pub enum Error {
     Store(#[from] StoreError),
     #[error("group-svc could not be asked")]
     Groups(#[source] anyhow::Error),
+    #[error("conversation_id: not one of your conversations")]
+    NoConversation,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
@@ -85,6 +90,7 @@ pub struct Inboxes {
     members: Arc<dyn Memberships>,
     encode_read: EncodeRead,
     encode_advanced: EncodeAdvanced,
+    encode_settings: EncodeSettings,
 }
 
 /// Encodes the live hint that a read-fanout conversation reached `latest_seq`.
@@ -98,6 +104,7 @@ pub struct Parts {
     pub members: Arc<dyn Memberships>,
     pub encode_read: EncodeRead,
     pub encode_advanced: EncodeAdvanced,
+    pub encode_settings: EncodeSettings,
 }
 
 impl Inboxes {
@@ -109,6 +116,7 @@ impl Inboxes {
             members,
             encode_read,
             encode_advanced,
+            encode_settings,
         } = parts;
         Self {
             store,
@@ -118,6 +126,7 @@ impl Inboxes {
             members,
             encode_read,
             encode_advanced,
+            encode_settings,
         }
     }
 

@@ -100,6 +100,7 @@ impl Service {
                 members: Arc::new(members),
                 encode_read: api::encode_read,
                 encode_advanced: api::encode_advanced,
+                encode_settings: api::encode_settings,
             },
         );
         Ok(Self {

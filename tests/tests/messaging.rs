@@ -13,7 +13,8 @@ use imesh_protos::{
         message_service_client::MessageServiceClient, send_request::To,
     },
     sync::{
-        Conversation, ConversationsRequest, MarkReadRequest, ReadMark, ReadMoved, sync_event::Kind,
+        Conversation, ConversationsRequest, MarkReadRequest, ReadMark, ReadMoved,
+        UpdateConversationRequest, sync_event::Kind,
     },
 };
 use imesh_tests::{Device, Stores, TestCluster};
@@ -219,6 +220,28 @@ async fn scenario(stores: Stores) {
         (1, 1 + group_unread),
         "{stores:?}"
     );
+
+    // Bob mutes the direct conversation on his phone; his laptop hears of it.
+    let mute = UpdateConversationRequest {
+        conversation_id: direct.clone(),
+        pinned: None,
+        muted: Some(true),
+    };
+    let id = b
+        .send_frame(client_frame::Body::UpdateConversation(mute))
+        .await;
+    let Body::ConversationSettings(settings) = b.reply(id).await else {
+        panic!("{stores:?}: settings refused")
+    };
+    assert!(settings.muted && !settings.pinned, "{stores:?}");
+    let seen = pushed(&mut b2, |k| match k {
+        Kind::Settings(s) => Some(s),
+        _ => None,
+    })
+    .await;
+    assert_eq!(seen, settings, "{stores:?}");
+    let (list, _) = conversations(&mut b).await;
+    assert!(find(&list, &direct).muted, "{stores:?}");
 
     // An internal caller sends a notice to bob and to the group in one call.
     let notice = content(content::Kind::Notice(Notice {

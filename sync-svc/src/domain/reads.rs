@@ -52,7 +52,19 @@ pub struct ConversationView {
     pub last_recalled_at_ms: i64,
     /// In a direct conversation, how far the other user read.
     pub peer_read_seq: i64,
+    pub settings: Settings,
 }
+
+/// A member's own settings of a conversation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settings {
+    pub pinned: bool,
+    /// Do not disturb.
+    pub muted: bool,
+}
+
+/// Encodes the sync event telling a user's devices their settings of a conversation.
+pub type EncodeSettings = fn(conversation_id: &str, settings: Settings) -> Bytes;
 
 impl ConversationView {
     pub fn unread(&self) -> i64 {
@@ -153,6 +165,44 @@ impl Inboxes {
             self.append(events).await?;
         }
         Ok(stored)
+    }
+
+    /// Changes `user`'s settings of a conversation they have (fields left `None` stay) and
+    /// tells their devices.
+    pub async fn update_settings(
+        &self,
+        user: i64,
+        conversation_id: &str,
+        pinned: Option<bool>,
+        muted: Option<bool>,
+    ) -> Result<Settings, Error> {
+        if conversation_id.is_empty() || conversation_id.len() > 64 {
+            return Err(invalid("conversation_id", "must be 1–64 characters"));
+        }
+        let ids = [conversation_id];
+        let mut states = self.store.read_states(user, &ids).await?;
+        if states.is_empty() {
+            states = self.opened_states(user, &ids, &[]).await?;
+            let Some((_, read, _)) = states.first() else {
+                return Err(Error::NoConversation);
+            };
+            self.store
+                .raise_read(user, &[(conversation_id.to_owned(), *read)])
+                .await?;
+        }
+        let settings = self
+            .store
+            .update_settings(user, conversation_id, pinned, muted)
+            .await?;
+        let event = IncomingEvent {
+            event_id: format!("settings:{user}:{conversation_id}:{}", self.ids.next_id()),
+            recipients: vec![user],
+            read_fanout_group: None,
+            payload: (self.encode_settings)(conversation_id, settings),
+            mark: None,
+        };
+        self.append(vec![event]).await?;
+        Ok(settings)
     }
 
     /// Read states of group conversations `user` has none in yet but belongs to (read

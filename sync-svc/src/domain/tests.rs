@@ -63,6 +63,7 @@ async fn inboxes() -> (Inboxes, Arc<Recorder>) {
             members: Arc::new(Members),
             encode_read: crate::api::encode_read,
             encode_advanced: crate::api::encode_advanced,
+            encode_settings: crate::api::encode_settings,
         },
     );
     (inboxes, recorder)

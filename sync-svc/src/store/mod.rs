@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use imesh_kit::error::StoreError;
 
-use crate::domain::{ConversationView, Cursor, Entry, Mark};
+use crate::domain::{ConversationView, Cursor, Entry, Mark, Settings};
 
 pub mod sql;
 
@@ -61,6 +61,15 @@ pub trait InboxStore: Send + Sync + 'static {
     ) -> Result<Vec<ConversationView>, StoreError>;
     /// The read seq of each `(user, conversation)`, by conversation.
     async fn read_seqs(&self, of: &[(i64, String)]) -> Result<HashMap<String, i64>, StoreError>;
+    /// Sets the given fields of `user`'s settings of a conversation they have a read state
+    /// in; returns the stored settings.
+    async fn update_settings(
+        &self,
+        user: i64,
+        conversation_id: &str,
+        pinned: Option<bool>,
+        muted: Option<bool>,
+    ) -> Result<Settings, StoreError>;
     /// The sum of `user`'s unread counts.
     async fn total_unread(&self, user: i64) -> Result<i64, StoreError>;
 }

@@ -11,7 +11,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::{InboxStore, StoredEvent};
-use crate::domain::{ConversationView, Cursor, Entry};
+use crate::domain::{ConversationView, Cursor, Entry, Settings};
 
 mod reads;
 
@@ -212,6 +212,16 @@ impl InboxStore for SqlInboxStore {
         reads::read_seqs(&self.db, of).await
     }
 
+    async fn update_settings(
+        &self,
+        user: i64,
+        conversation_id: &str,
+        pinned: Option<bool>,
+        muted: Option<bool>,
+    ) -> Result<Settings, StoreError> {
+        reads::update_settings(&self.db, user, conversation_id, pinned, muted).await
+    }
+
     async fn total_unread(&self, user: i64) -> Result<i64, StoreError> {
         reads::total_unread(&self.db, user).await
     }
@@ -226,6 +236,7 @@ impl MigratorTrait for Migrator {
             Box::new(imesh_kit::seq::Migration),
             Box::new(CreateInboxes),
             Box::new(reads::CreateConversationState),
+            Box::new(reads::AddSettings),
         ]
     }
 

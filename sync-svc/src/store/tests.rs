@@ -3,7 +3,7 @@
 use imesh_kit::testing;
 
 use super::{sql::SqlInboxStore, *};
-use crate::domain::Change;
+use crate::domain::{Change, Settings};
 
 async fn stores() -> Vec<(testing::Backend, SqlInboxStore)> {
     let mut out = Vec::new();
@@ -272,5 +272,41 @@ async fn purging_drops_old_events_and_their_entries_only() {
         assert_eq!(left, vec![3, 4], "{backend:?}");
         let known = store.known_events(&["e1", "e3"]).await.unwrap();
         assert_eq!(known, HashSet::from(["e3".to_owned()]), "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn settings_are_stored_per_user_and_field() {
+    for (backend, store) in stores().await {
+        store
+            .append(&[message(1, "d:1:2", 1, 1, &[1, 2])])
+            .await
+            .unwrap();
+        let set = store
+            .update_settings(2, "d:1:2", Some(true), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            set,
+            Settings {
+                pinned: true,
+                muted: false
+            },
+            "{backend:?}"
+        );
+        let set = store
+            .update_settings(2, "d:1:2", None, Some(true))
+            .await
+            .unwrap();
+        assert_eq!(
+            set,
+            Settings {
+                pinned: true,
+                muted: true
+            },
+            "{backend:?}"
+        );
+        let views = store.conversations(1, None, 10).await.unwrap();
+        assert_eq!(views[0].settings, Settings::default(), "{backend:?}");
     }
 }

@@ -262,3 +262,71 @@ async fn read_fanout_writes_no_inbox_entries_and_members_open_their_state_by_rea
         other => panic!("recipients with read fanout accepted: {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn settings_change_only_what_is_given_show_in_the_list_and_reach_the_users_devices() {
+    let (inboxes, _) = inboxes().await;
+    inboxes
+        .append(vec![message("d:1:2", 1, 1, &[1, 2], &[], false)])
+        .await
+        .unwrap();
+    let pinned = inboxes
+        .update_settings(2, "d:1:2", Some(true), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        pinned,
+        Settings {
+            pinned: true,
+            muted: false
+        }
+    );
+    let muted = inboxes
+        .update_settings(2, "d:1:2", None, Some(true))
+        .await
+        .unwrap();
+    assert_eq!(
+        muted,
+        Settings {
+            pinned: true,
+            muted: true
+        },
+        "pinned is kept"
+    );
+    let page = inboxes.conversations(2, "", 0).await.unwrap();
+    assert_eq!(page.conversations[0].settings, muted);
+    let page = inboxes.conversations(1, "", 0).await.unwrap();
+    assert_eq!(
+        page.conversations[0].settings,
+        Settings::default(),
+        "settings are per user"
+    );
+    let (entries, _) = inboxes.pull(2, 0, 10).await.unwrap();
+    let events: Vec<pb::ConversationSettings> = entries
+        .iter()
+        .filter_map(
+            |e| match pb::SyncEvent::decode(e.payload.clone()).ok()?.kind? {
+                pb::sync_event::Kind::Settings(s) => Some(s),
+                _ => None,
+            },
+        )
+        .collect();
+    assert_eq!(events.len(), 2);
+    assert!(events[1].pinned && events[1].muted);
+    assert!(matches!(
+        inboxes.update_settings(2, "d:2:9", Some(true), None).await,
+        Err(Error::NoConversation)
+    ));
+    // A member of a read-fanout group with no state yet opens one by changing settings.
+    let event = IncomingEvent {
+        recipients: vec![],
+        read_fanout_group: Some(70),
+        ..message("g:70", 1, 1, &[], &[], false)
+    };
+    inboxes.append(vec![event]).await.unwrap();
+    inboxes
+        .update_settings(4, "g:70", None, Some(true))
+        .await
+        .unwrap();
+    assert_eq!(unread(&inboxes, 4).await, vec![("g:70".into(), 1, false)]);
+}

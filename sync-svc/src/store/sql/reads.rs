@@ -14,7 +14,7 @@ use sea_orm_migration::{prelude::*, schema::*};
 
 use super::CHUNK;
 use crate::{
-    domain::{Change, ConversationView, Cursor},
+    domain::{Change, ConversationView, Cursor, Settings},
     store::StoredEvent,
 };
 
@@ -37,6 +37,8 @@ enum ReadStates {
     ConversationId,
     ReadSeq,
     MentionSeq,
+    Pinned,
+    Muted,
 }
 
 /// The `(user, conversation)` read states this process knows exist, so a message to a
@@ -226,6 +228,8 @@ fn joined(user: i64) -> SelectStatement {
             (R::Table, R::ConversationId),
             (R::Table, R::ReadSeq),
             (R::Table, R::MentionSeq),
+            (R::Table, R::Pinned),
+            (R::Table, R::Muted),
         ])
         .columns([
             (C::Table, C::MaxSeq),
@@ -258,6 +262,10 @@ fn view(row: &QueryResult) -> Result<ConversationView, DbErr> {
         last_recalled_by: row.try_get("", "last_recalled_by")?,
         last_recalled_at_ms: row.try_get("", "last_recalled_at_ms")?,
         peer_read_seq: 0,
+        settings: Settings {
+            pinned: row.try_get("", "pinned")?,
+            muted: row.try_get("", "muted")?,
+        },
     })
 }
 
@@ -387,6 +395,41 @@ pub(super) async fn read_seqs(
         .map_err(Into::into)
 }
 
+pub(super) async fn update_settings(
+    db: &DatabaseConnection,
+    user: i64,
+    conversation_id: &str,
+    pinned: Option<bool>,
+    muted: Option<bool>,
+) -> Result<Settings, StoreError> {
+    use ReadStates as R;
+    let mut update = Query::update();
+    update
+        .table(R::Table)
+        .and_where(Expr::col(R::UserId).eq(user))
+        .and_where(Expr::col(R::ConversationId).eq(conversation_id));
+    if let Some(pinned) = pinned {
+        update.value(R::Pinned, pinned);
+    }
+    if let Some(muted) = muted {
+        update.value(R::Muted, muted);
+    }
+    if pinned.is_some() || muted.is_some() {
+        db.execute(&update).await?;
+    }
+    let read = Query::select()
+        .columns([R::Pinned, R::Muted])
+        .from(R::Table)
+        .and_where(Expr::col(R::UserId).eq(user))
+        .and_where(Expr::col(R::ConversationId).eq(conversation_id))
+        .to_owned();
+    let row = db.query_one(&read).await?.ok_or(StoreError::NotFound)?;
+    Ok(Settings {
+        pinned: row.try_get("", "pinned")?,
+        muted: row.try_get("", "muted")?,
+    })
+}
+
 pub(super) async fn total_unread(db: &DatabaseConnection, user: i64) -> Result<i64, StoreError> {
     use ConversationStates as C;
     let stmt = joined(user)
@@ -446,5 +489,31 @@ impl MigrationTrait for CreateConversationState {
                     .to_owned(),
             )
             .await
+    }
+}
+
+pub(super) struct AddSettings;
+
+impl MigrationName for AddSettings {
+    fn name(&self) -> &str {
+        "m20261202_000004_conversation_settings"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddSettings {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        // One column per statement: SQLite alters one thing at a time.
+        for column in [ReadStates::Pinned, ReadStates::Muted] {
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(ReadStates::Table)
+                        .add_column(&mut boolean(column).default(false).to_owned())
+                        .to_owned(),
+                )
+                .await?;
+        }
+        Ok(())
     }
 }
