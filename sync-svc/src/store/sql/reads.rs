@@ -509,7 +509,7 @@ impl MigrationTrait for AddSettings {
                 .alter_table(
                     Table::alter()
                         .table(ReadStates::Table)
-                        .add_column(&mut boolean(column).default(false).to_owned())
+                        .add_column(boolean(column).default(false).to_owned())
                         .to_owned(),
                 )
                 .await?;
