@@ -1,43 +1,60 @@
-//! Seq allocations per second in process: the embedded default's path (in-process counters,
-//! SQLite ceilings written once per step).
+//! Seq allocations per second: the embedded default's path (in-process counters, SQLite
+//! ceilings written once per step), and, with the test Redis configured
+//! (`source scripts/stores.sh && stores_start`), Redis counters: one `INCR` round trip per
+//! allocation, or one pipelined burst for a fanout's `next_many` of 100 users.
 
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use imesh_kit::{
-    seq::{MemoryCounters, SeqAllocator, SqlCeilings},
+    seq::{Counters, MemoryCounters, RedisCounters, SeqAllocator, SqlCeilings},
     testing::{self, Backend},
 };
+
+async fn allocator(counters: Arc<dyn Counters>) -> SeqAllocator {
+    let db = imesh_kit::sql::connect(&testing::fresh_sql(Backend::Sqlite).await.unwrap())
+        .await
+        .unwrap();
+    let manager = sea_orm_migration::SchemaManager::new(&db);
+    sea_orm_migration::MigrationTrait::up(&imesh_kit::seq::Migration, &manager)
+        .await
+        .unwrap();
+    SeqAllocator::new(counters, Arc::new(SqlCeilings::new(db)), 10_000)
+}
 
 fn allocations(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let alloc = rt.block_on(async {
-        let db = imesh_kit::sql::connect(&testing::fresh_sql(Backend::Sqlite).await.unwrap())
-            .await
+    let mut tiers: Vec<(&str, SeqAllocator)> = vec![(
+        "memory",
+        rt.block_on(allocator(Arc::new(MemoryCounters::default()))),
+    )];
+    if let Some(redis) = testing::redis() {
+        let pool = rt
+            .block_on(imesh_kit::redis::connect(&redis, redis.url().unwrap()))
             .unwrap();
-        let manager = sea_orm_migration::SchemaManager::new(&db);
-        sea_orm_migration::MigrationTrait::up(&imesh_kit::seq::Migration, &manager)
-            .await
-            .unwrap();
-        SeqAllocator::new(
-            Arc::new(MemoryCounters::default()),
-            Arc::new(SqlCeilings::new(db)),
-            10_000,
-        )
-    });
-    let keys: Vec<String> = (0..1000).map(|i| format!("{{c:{i}}}:seq")).collect();
+        tiers.push(("redis", rt.block_on(allocator(Arc::new(RedisCounters::new(pool))))));
+    }
+    let run = testing::random_id();
+    let keys: Vec<String> = (0..1000).map(|i| format!("{{c:{run}:{i}}}:seq")).collect();
     let mut group = c.benchmark_group("seq");
-    group.throughput(Throughput::Elements(1));
-    let mut i = 0;
-    group.bench_function("next/1000 conversations", |b| {
-        b.iter(|| {
-            i = (i + 1) % keys.len();
-            rt.block_on(alloc.next(&keys[i])).unwrap()
-        })
-    });
+    for (tier, alloc) in &tiers {
+        group.throughput(Throughput::Elements(1));
+        let mut i = 0;
+        group.bench_function(format!("{tier}/next/1000 conversations"), |b| {
+            b.iter(|| {
+                i = (i + 1) % keys.len();
+                rt.block_on(alloc.next(&keys[i])).unwrap()
+            })
+        });
+        let users: Vec<&str> = keys[..100].iter().map(String::as_str).collect();
+        group.throughput(Throughput::Elements(users.len() as u64));
+        group.bench_function(format!("{tier}/next_many/100 inboxes"), |b| {
+            b.iter(|| rt.block_on(alloc.next_many(&users)).unwrap())
+        });
+    }
     group.finish();
 }
 
