@@ -147,6 +147,12 @@ impl Service {
             .add_service(push)
             .serve(grpc_listener, stop_grpc.clone().cancelled_owned());
         let grpc_task = tokio::spawn(grpc_server);
+        // Frames are small and latency-bound: no Nagle on client connections.
+        let clients = axum::serve::ListenerExt::tap_io(clients, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY not set on a client connection");
+            }
+        });
         let ws = axum::serve(clients, ws::router(gateway.clone()))
             .with_graceful_shutdown(gateway.draining.clone().cancelled_owned());
         let ws_task = tokio::spawn(ws.into_future());

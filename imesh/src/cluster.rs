@@ -60,6 +60,8 @@ pub struct ClusterSpec {
     pub redis: RedisConfig,
     /// Gateway knobs (its addresses are filled in by [`Cluster::start`]).
     pub gateway: gateway::Config,
+    /// message-svc's send rate limits (load tools turn them off).
+    pub rate_limits: message_svc::RateLimitConfig,
 }
 
 impl ClusterSpec {
@@ -83,6 +85,7 @@ impl ClusterSpec {
             sync_db: sqlite("sync"),
             redis: RedisConfig::default(),
             gateway: gateway::Config::default(),
+            rate_limits: message_svc::RateLimitConfig::default(),
         }
     }
 }
@@ -167,6 +170,7 @@ impl Cluster {
                 relation_addr: addrs.relation.to_string(),
                 group_addr: addrs.group.to_string(),
                 sync_addr: addrs.sync.to_string(),
+                rate_limits: spec.rate_limits.clone(),
                 ..Default::default()
             },
             auth,

@@ -35,7 +35,10 @@ fn allocations(c: &mut Criterion) {
         let pool = rt
             .block_on(imesh_kit::redis::connect(&redis, redis.url().unwrap()))
             .unwrap();
-        tiers.push(("redis", rt.block_on(allocator(Arc::new(RedisCounters::new(pool))))));
+        tiers.push((
+            "redis",
+            rt.block_on(allocator(Arc::new(RedisCounters::new(pool)))),
+        ));
     }
     let run = testing::random_id();
     let keys: Vec<String> = (0..1000).map(|i| format!("{{c:{run}:{i}}}:seq")).collect();

@@ -10,12 +10,11 @@
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{
     body::Body,
     server::NamedService,
     service::{Routes, RoutesBuilder},
-    transport::{Channel, Endpoint},
+    transport::{Channel, Endpoint, server::TcpIncoming},
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 use tower::Service;
@@ -118,9 +117,14 @@ impl Server {
             ))
             .layer(crate::metrics::MetricsLayer(metrics))
             .add_routes(Routes::from(router))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-                let _ = stop_rx.await;
-            });
+            // The builder's tcp_nodelay only reaches listeners tonic binds itself: without
+            // it here every reply waited on Nagle's algorithm and the peer's delayed ACK.
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                async {
+                    let _ = stop_rx.await;
+                },
+            );
         tokio::pin!(server);
         tokio::select! {
             result = &mut server => return Ok(result?),

@@ -62,6 +62,11 @@ pub const JWT_SECRET: &str = "test-jwt-secret-0123456789abcdef";
 
 impl TestCluster {
     pub async fn start(stores: Stores) -> Self {
+        Self::start_with(stores, |_| {}).await
+    }
+
+    /// Starts a cluster on `stores` with `adjust` applied to its spec first.
+    pub async fn start_with(stores: Stores, adjust: impl FnOnce(&mut ClusterSpec)) -> Self {
         let auth = AuthConfig {
             internal_secret: Secret::new(INTERNAL_SECRET),
             jwt_secret: Secret::new(JWT_SECRET),
@@ -86,6 +91,7 @@ impl TestCluster {
             Stores::Embedded => RedisConfig::default(),
             _ => testing::redis().expect("redis for this store set"),
         };
+        adjust(&mut spec);
         let cluster = Cluster::start(spec).await.expect("cluster starts");
         let caller = Caller::new(&auth.internal_secret).unwrap();
         Self {
