@@ -35,15 +35,23 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
         .map_err(|e| anyhow::anyhow!("connecting to the database: {e}"))
 }
 
-/// Connects and brings the schema up to date with `M`'s migrations.
+/// Connects and brings the schema up to date with `M`'s migrations. The migrations run on
+/// a connection of their own, closed before the serving pool opens: SQLite connections
+/// that saw the schema before an `ALTER TABLE` can keep reporting the old columns (sqlx
+/// issue 2517), and no serving connection should ever have seen it.
 pub async fn connect_and_migrate<M: MigratorTrait>(
     config: &SqlConfig,
 ) -> anyhow::Result<DatabaseConnection> {
-    let db = connect(config).await?;
-    M::up(&db, None)
+    let single = SqlConfig {
+        max_connections: 1,
+        ..config.clone()
+    };
+    let migrating = connect(&single).await?;
+    M::up(&migrating, None)
         .await
         .map_err(|e| anyhow::anyhow!("running migrations: {e}"))?;
-    Ok(db)
+    migrating.close().await?;
+    connect(config).await
 }
 
 /// A readiness probe for [`crate::grpc::Server::readiness`]: ready while `db` answers.

@@ -285,7 +285,7 @@ async fn settings_are_stored_per_user_and_field() {
         let set = store
             .update_settings(2, "d:1:2", Some(true), None)
             .await
-            .unwrap();
+            .unwrap_or_else(|e| panic!("{backend:?}: {e:?}"));
         assert_eq!(
             set,
             Settings {
