@@ -38,6 +38,97 @@ where
     stop
 }
 
+/// relation-svc and message-svc on SQLite (message-svc's counters in `redis`, if set),
+/// message-svc relaying to `sync_addr`, and one user to send to.
+struct Senders {
+    auth: AuthConfig,
+    caller: Caller,
+    message_addr: SocketAddr,
+    user: i64,
+    _stops: [oneshot::Sender<()>; 2],
+}
+
+impl Senders {
+    async fn start(redis: RedisConfig, sync_addr: SocketAddr, node: u16) -> Self {
+        let auth = AuthConfig {
+            internal_secret: Secret::new(INTERNAL_SECRET),
+            jwt_secret: Secret::new(JWT_SECRET),
+        };
+        let caller = Caller::new(&auth.internal_secret).unwrap();
+        let db = || async { testing::fresh_sql(testing::Backend::Sqlite).await.unwrap() };
+        let (relation_l, relation_addr) = listener().await;
+        let (message_l, message_addr) = listener().await;
+        let relation = relation_svc::Service::build(
+            relation_svc::Config {
+                grpc: GrpcConfig::on(relation_addr),
+                database: db().await,
+                sync_addr: sync_addr.to_string(),
+                ..Default::default()
+            },
+            &auth,
+            node,
+        )
+        .await
+        .unwrap();
+        let message = message_svc::Service::build(
+            message_svc::Config {
+                grpc: GrpcConfig::on(message_addr),
+                database: db().await,
+                redis,
+                relation_addr: relation_addr.to_string(),
+                sync_addr: sync_addr.to_string(),
+                seq_step: 10,
+                ..Default::default()
+            },
+            &auth,
+            node + 1,
+        )
+        .await
+        .unwrap();
+        let stops = [
+            spawn(|stop| {
+                relation.serve(relation_l, async {
+                    stop.await.ok();
+                })
+            }),
+            spawn(|stop| {
+                message.serve(message_l, async {
+                    stop.await.ok();
+                })
+            }),
+        ];
+        let user = RelationServiceClient::new(channel(relation_addr))
+            .create_user(caller.request(
+                Actor::System,
+                CreateUserRequest {
+                    username: format!("u{}", testing::random_id()),
+                    nickname: "Dana".into(),
+                },
+            ))
+            .await
+            .unwrap()
+            .into_inner()
+            .user
+            .unwrap()
+            .user_id;
+        Self {
+            auth,
+            caller,
+            message_addr,
+            user,
+            _stops: stops,
+        }
+    }
+
+    fn messages(&self) -> MessageServiceClient<tonic::transport::Channel> {
+        MessageServiceClient::new(channel(self.message_addr))
+    }
+}
+
+fn channel(addr: SocketAddr) -> tonic::transport::Channel {
+    imesh_kit::grpc::channel(&addr.to_string()).unwrap()
+}
+
 /// One system notice to `user`; its seq.
 async fn notify(
     messages: &mut MessageServiceClient<tonic::transport::Channel>,
@@ -78,67 +169,11 @@ async fn seqs_keep_rising_without_reuse_when_redis_is_flushed_mid_run() {
         url: Secret::new(private),
         ..redis
     };
-    let auth = AuthConfig {
-        internal_secret: Secret::new(INTERNAL_SECRET),
-        jwt_secret: Secret::new(JWT_SECRET),
-    };
-    let caller = Caller::new(&auth.internal_secret).unwrap();
-    let (relation_l, relation_addr) = listener().await;
-    let (message_l, message_addr) = listener().await;
     let (_, nowhere) = listener().await;
-    let relation = relation_svc::Service::build(
-        relation_svc::Config {
-            grpc: GrpcConfig::on(relation_addr),
-            database: testing::fresh_sql(testing::Backend::Sqlite).await.unwrap(),
-            sync_addr: nowhere.to_string(),
-            ..Default::default()
-        },
-        &auth,
-        14,
-    )
-    .await
-    .unwrap();
-    let _relation = spawn(|stop| {
-        relation.serve(relation_l, async {
-            stop.await.ok();
-        })
-    });
-    let message = message_svc::Service::build(
-        message_svc::Config {
-            grpc: GrpcConfig::on(message_addr),
-            database: testing::fresh_sql(testing::Backend::Sqlite).await.unwrap(),
-            redis: redis.clone(),
-            relation_addr: relation_addr.to_string(),
-            sync_addr: nowhere.to_string(),
-            seq_step: 10,
-            ..Default::default()
-        },
-        &auth,
-        15,
-    )
-    .await
-    .unwrap();
-    let _message = spawn(|stop| {
-        message.serve(message_l, async {
-            stop.await.ok();
-        })
-    });
-    let channel = |addr: SocketAddr| imesh_kit::grpc::channel(&addr.to_string()).unwrap();
-    let user = RelationServiceClient::new(channel(relation_addr))
-        .create_user(caller.request(
-            Actor::System,
-            CreateUserRequest {
-                username: "erin".into(),
-                nickname: "Erin".into(),
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .user
-        .unwrap()
-        .user_id;
-    let mut messages = MessageServiceClient::new(channel(message_addr));
+    let senders = Senders::start(redis.clone(), nowhere, 14).await;
+    let caller = senders.caller.clone();
+    let user = senders.user;
+    let mut messages = senders.messages();
     let mut seqs = Vec::new();
     for i in 0..15 {
         seqs.push(notify(&mut messages, &caller, user, &format!("before-{i}")).await);
@@ -165,70 +200,12 @@ async fn seqs_keep_rising_without_reuse_when_redis_is_flushed_mid_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sends_made_while_sync_svc_is_down_reach_the_inbox_once_it_is_back() {
-    let auth = AuthConfig {
-        internal_secret: Secret::new(INTERNAL_SECRET),
-        jwt_secret: Secret::new(JWT_SECRET),
-    };
-    let caller = Caller::new(&auth.internal_secret).unwrap();
-    let db = || async { testing::fresh_sql(testing::Backend::Sqlite).await.unwrap() };
     // Reserve sync-svc's address, then leave it dark.
     let (sync_l, sync_addr) = listener().await;
     drop(sync_l);
-    let (relation_l, relation_addr) = listener().await;
-    let (message_l, message_addr) = listener().await;
-    let relation = relation_svc::Service::build(
-        relation_svc::Config {
-            grpc: GrpcConfig::on(relation_addr),
-            database: db().await,
-            redis: RedisConfig::default(),
-            sync_addr: sync_addr.to_string(),
-            ..Default::default()
-        },
-        &auth,
-        11,
-    )
-    .await
-    .unwrap();
-    let _relation = spawn(|stop| {
-        relation.serve(relation_l, async {
-            stop.await.ok();
-        })
-    });
-    let message = message_svc::Service::build(
-        message_svc::Config {
-            grpc: GrpcConfig::on(message_addr),
-            database: db().await,
-            relation_addr: relation_addr.to_string(),
-            sync_addr: sync_addr.to_string(),
-            ..Default::default()
-        },
-        &auth,
-        12,
-    )
-    .await
-    .unwrap();
-    let _message = spawn(|stop| {
-        message.serve(message_l, async {
-            stop.await.ok();
-        })
-    });
-    let channel = |addr: SocketAddr| imesh_kit::grpc::channel(&addr.to_string()).unwrap();
-
-    let user = RelationServiceClient::new(channel(relation_addr))
-        .create_user(caller.request(
-            Actor::System,
-            CreateUserRequest {
-                username: "dana".into(),
-                nickname: "Dana".into(),
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .user
-        .unwrap()
-        .user_id;
-    let mut messages = MessageServiceClient::new(channel(message_addr));
+    let senders = Senders::start(RedisConfig::default(), sync_addr, 11).await;
+    let (auth, caller, user) = (senders.auth.clone(), senders.caller.clone(), senders.user);
+    let mut messages = senders.messages();
     for i in 1..=100 {
         assert_eq!(
             notify(&mut messages, &caller, user, &format!("while-down-{i}")).await,
@@ -241,7 +218,7 @@ async fn sends_made_while_sync_svc_is_down_reach_the_inbox_once_it_is_back() {
     let sync = sync_svc::Service::build(
         sync_svc::Config {
             grpc: GrpcConfig::on(sync_addr),
-            database: db().await,
+            database: testing::fresh_sql(testing::Backend::Sqlite).await.unwrap(),
             ..Default::default()
         },
         &auth,
