@@ -310,3 +310,26 @@ async fn settings_are_stored_per_user_and_field() {
         assert_eq!(views[0].settings, Settings::default(), "{backend:?}");
     }
 }
+
+#[tokio::test]
+async fn an_at_all_flags_members_even_when_a_later_message_shares_its_batch() {
+    for (backend, store) in stores().await {
+        let mut at_all = message(1, "g:9", 1, 1, &[1, 2]);
+        if let Some(Mark {
+            change: Change::Message { mention_all, .. },
+            ..
+        }) = &mut at_all.mark
+        {
+            *mention_all = true;
+        }
+        store
+            .append(&[at_all, message(2, "g:9", 2, 1, &[1, 2])])
+            .await
+            .unwrap();
+        assert_eq!(
+            summary(&store.conversations(2, None, 10).await.unwrap()),
+            vec![("g:9".into(), 2, 0, true)],
+            "{backend:?}"
+        );
+    }
+}

@@ -69,6 +69,15 @@ impl KnownStates {
     }
 }
 
+/// A batch's newest message of one conversation, and its latest @all.
+#[derive(Default)]
+struct Latest<'a> {
+    seq: i64,
+    time_ms: i64,
+    payload: &'a [u8],
+    mention_all_seq: i64,
+}
+
 /// Applies the events' marks inside their append transaction; returns the read states it
 /// created, to remember once the transaction commits.
 pub(super) async fn apply_marks(
@@ -77,7 +86,7 @@ pub(super) async fn apply_marks(
     known: &KnownStates,
 ) -> Result<Vec<(i64, String)>, DbErr> {
     let backend = txn.get_database_backend();
-    let mut latest: HashMap<&str, (&StoredEvent, i64)> = HashMap::new();
+    let mut latest: HashMap<&str, Latest<'_>> = HashMap::new();
     let mut starts: HashMap<(i64, &str), i64> = HashMap::new();
     let mut raised: HashMap<(i64, &str), (i64, i64)> = HashMap::new();
     let mut recalls = Vec::new();
@@ -89,11 +98,15 @@ pub(super) async fn apply_marks(
                 sender,
                 time_ms,
                 mentioned,
-                ..
+                mention_all,
             } => {
-                let newest = latest.entry(conversation).or_insert((event, *time_ms));
-                if mark.seq > newest.0.mark.as_ref().map_or(0, |m| m.seq) {
-                    *newest = (event, *time_ms);
+                let newest = latest.entry(conversation).or_default();
+                if mark.seq > newest.seq {
+                    (newest.seq, newest.time_ms) = (mark.seq, *time_ms);
+                    newest.payload = &event.payload;
+                }
+                if *mention_all {
+                    newest.mention_all_seq = std::cmp::max(newest.mention_all_seq, mark.seq);
                 }
                 // Read fanout writes no entries: its mentioned members get read states too.
                 let users = event.entries.iter().map(|(user, _)| user).chain(mentioned);
@@ -122,21 +135,13 @@ pub(super) async fn apply_marks(
     }
     let rows: Vec<Vec<sea_orm::Value>> = latest
         .iter()
-        .map(|(conversation, (event, time_ms))| {
-            let mark = event.mark.as_ref().expect("only marked events are latest");
-            let all = matches!(
-                mark.change,
-                Change::Message {
-                    mention_all: true,
-                    ..
-                }
-            );
+        .map(|(conversation, newest)| {
             vec![
                 (*conversation).into(),
-                mark.seq.into(),
-                event.payload.to_vec().into(),
-                (*time_ms).into(),
-                if all { mark.seq } else { 0 }.into(),
+                newest.seq.into(),
+                newest.payload.to_vec().into(),
+                newest.time_ms.into(),
+                newest.mention_all_seq.into(),
                 0i64.into(),
                 0i64.into(),
             ]
