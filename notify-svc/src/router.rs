@@ -90,8 +90,12 @@ impl Router {
     /// logged and skipped (its devices catch up through History).
     pub async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> Result<u32, Error> {
         let mut by_gateway: HashMap<String, Vec<(i64, Bytes)>> = HashMap::new();
-        for (group, event) in events {
-            for gateway in self.presence.gateways_of(group).await? {
+        let lookups = events
+            .iter()
+            .map(|(group, _)| self.presence.gateways_of(*group));
+        let gateways = futures::future::try_join_all(lookups).await?;
+        for ((group, event), gateways) in events.into_iter().zip(gateways) {
+            for gateway in gateways {
                 by_gateway
                     .entry(gateway)
                     .or_default()

@@ -221,16 +221,28 @@ impl Inboxes {
         if missing.is_empty() {
             return Ok(Vec::new());
         }
-        let mut opened = Vec::new();
-        for (conversation_id, latest) in self.store.latest_seqs(&missing).await? {
-            let Some(group) = group_of(&conversation_id) else {
-                continue;
-            };
-            let member = self.members.is_member(group, user).await;
-            if member.map_err(Error::Groups)? {
-                opened.push((conversation_id, 0, latest));
-            }
-        }
+        let groups: Vec<(String, i64, i64)> = self
+            .store
+            .latest_seqs(&missing)
+            .await?
+            .into_iter()
+            .filter_map(|(id, latest)| {
+                let group = group_of(&id)?;
+                Some((id, group, latest))
+            })
+            .collect();
+        let asks = groups
+            .iter()
+            .map(|(_, group, _)| self.members.is_member(*group, user));
+        let members = futures::future::try_join_all(asks)
+            .await
+            .map_err(Error::Groups)?;
+        let opened = groups
+            .into_iter()
+            .zip(members)
+            .filter(|(_, member)| *member)
+            .map(|((id, _, latest), _)| (id, 0, latest))
+            .collect();
         Ok(opened)
     }
 
