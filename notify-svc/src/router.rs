@@ -89,6 +89,12 @@ impl Router {
     /// gateway, all at once. Returns how many gateways were reached; a failing gateway is
     /// logged and skipped (its devices catch up through History).
     pub async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> Result<u32, Error> {
+        if events.iter().any(|(group, _)| *group <= 0) {
+            return Err(Error::Invalid {
+                field: "events.group_id",
+                reason: "must be group ids".into(),
+            });
+        }
         let mut by_gateway: HashMap<String, Vec<(i64, Bytes)>> = HashMap::new();
         let lookups = events
             .iter()

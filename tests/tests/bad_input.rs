@@ -2,8 +2,9 @@
 
 use imesh_kit::identity::Actor;
 use imesh_protos::{
-    gateway::server_frame::Body,
-    message::{SendRequest, message_service_client::MessageServiceClient},
+    gateway::{client_frame, server_frame::Body},
+    message::{HistoryRequest, SendRequest, message_service_client::MessageServiceClient},
+    sync::{MarkReadRequest, UpdateConversationRequest},
 };
 use imesh_tests::{JWT_SECRET, Stores, TestCluster};
 use tonic::Code;
@@ -93,6 +94,36 @@ async fn sends_to_unknown_users_and_bad_bodies_are_refused_precisely() {
     };
     assert_eq!(ack.seq, 1);
     assert_ne!(dave, erin);
+    // A history page goes one way: before a seq or after one, not both.
+    let both = HistoryRequest {
+        conversation_id: ack.conversation_id.clone(),
+        before_seq: 5,
+        after_seq: 1,
+        limit: 0,
+    };
+    let id = device.send_frame(client_frame::Body::History(both)).await;
+    let refused = error(device.reply(id).await);
+    assert_eq!(
+        (refused.code, refused.field.as_str()),
+        (Code::InvalidArgument as u32, "after_seq"),
+        "{refused:?}"
+    );
+    // Marks and settings name their faults too.
+    let id = device
+        .send_frame(client_frame::Body::MarkRead(MarkReadRequest {
+            marks: vec![],
+        }))
+        .await;
+    assert_eq!(error(device.reply(id).await).field, "marks");
+    let stranger = UpdateConversationRequest {
+        conversation_id: "d:1:2".into(),
+        pinned: Some(true),
+        muted: None,
+    };
+    let id = device
+        .send_frame(client_frame::Body::UpdateConversation(stranger))
+        .await;
+    assert_eq!(error(device.reply(id).await).code, Code::NotFound as u32);
 }
 
 #[tokio::test]

@@ -167,6 +167,14 @@ async fn group_events_reach_each_subscribed_gateway_once_and_no_other() {
         vec![("gw-a".into(), vec![70, 71]), ("gw-b".into(), vec![71])],
         "one call per gateway, gw-c holds no member"
     );
+    let refused = router.deliver_to_groups(vec![(0, event())]).await;
+    assert!(matches!(
+        refused,
+        Err(Error::Invalid {
+            field: "events.group_id",
+            ..
+        })
+    ));
     let bad = router.online(route(5, "phone", "gw-a", 14), &[0]).await;
     assert!(matches!(
         bad,
