@@ -15,8 +15,9 @@ use imesh_protos::{
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
     sync::{
         AckRequest, ConversationSettings, ConversationsRequest, ConversationsResponse,
-        MarkReadRequest, MarkReadResponse, PullRequest, PullResponse, UpdateConversationRequest,
-        sync_service_client::SyncServiceClient,
+        MarkReadRequest, MarkReadResponse, PullRequest, PullResponse, ReceiptCountsRequest,
+        ReceiptCountsResponse, ReceiptReadersRequest, ReceiptReadersResponse,
+        UpdateConversationRequest, sync_service_client::SyncServiceClient,
     },
 };
 use tonic::{Status, transport::Channel};
@@ -163,6 +164,34 @@ impl Backends {
             .sync
             .clone()
             .update_conversation(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn receipt_counts(
+        &self,
+        user: i64,
+        request: ReceiptCountsRequest,
+    ) -> Result<ReceiptCountsResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .sync
+            .clone()
+            .receipt_counts(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn receipt_readers(
+        &self,
+        user: i64,
+        request: ReceiptReadersRequest,
+    ) -> Result<ReceiptReadersResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .sync
+            .clone()
+            .receipt_readers(request)
             .await?
             .into_inner())
     }

@@ -121,6 +121,16 @@ impl Session {
                 .update_conversation(self.user(), request)
                 .await
                 .map(Body::ConversationSettings),
+            Some(In::ReceiptCounts(request)) => self
+                .backends
+                .receipt_counts(self.user(), request)
+                .await
+                .map(Body::ReceiptCounts),
+            Some(In::ReceiptReaders(request)) => self
+                .backends
+                .receipt_readers(self.user(), request)
+                .await
+                .map(Body::ReceiptReaders),
             Some(In::Ack(pb::Ack { sync_seq })) => {
                 return match self
                     .backends

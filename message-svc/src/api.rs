@@ -48,6 +48,7 @@ impl MessageService for MessageApi {
             content,
             mentioned_user_ids,
             mention_all,
+            receipt,
         } = request.into_inner();
         let command = SendCommand {
             client_msg_id,
@@ -57,6 +58,7 @@ impl MessageService for MessageApi {
                 users: mentioned_user_ids,
                 all: mention_all,
             },
+            receipt,
         };
         let sent = self.messages.send(sender, command).await.map_err(status)?;
         Ok(Response::new(sent_to_proto(sent)))

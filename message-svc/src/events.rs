@@ -25,6 +25,7 @@ pub fn encode_fanout(message: &Message, audience: &Audience) -> Vec<u8> {
         event_id: message_event_id(message),
         recipient_ids,
         read_fanout_group_id,
+        receipt_map_bound: message.receipt_bound,
         event: Some(sync_pb::SyncEvent {
             kind: Some(sync_pb::sync_event::Kind::Message(message_to_proto(
                 message,
@@ -47,6 +48,7 @@ pub fn message_to_proto(message: &Message) -> pb::Message {
         recalled_at_ms: message.recalled_at_ms,
         mentioned_user_ids: message.mentions.users.clone(),
         mention_all: message.mentions.all,
+        receipt: message.receipt_bound > 0,
     }
 }
 
@@ -153,6 +155,7 @@ pub fn encode_recall(message: &Message, audience: &Audience) -> Vec<u8> {
         event_id: recall_event_id(message),
         recipient_ids,
         read_fanout_group_id,
+        receipt_map_bound: 0,
         event: Some(sync_pb::SyncEvent {
             kind: Some(sync_pb::sync_event::Kind::Recalled(recalled)),
         }),

@@ -57,6 +57,9 @@ pub struct Config {
     pub rate_limits: RateLimitConfig,
     /// Groups with more members use read fanout (super groups always do).
     pub write_fanout_max_members: u32,
+    /// Largest group whose messages may ask for read receipts (larger ones show read
+    /// watermarks only).
+    pub receipt_max_members: u32,
 }
 
 /// Sends allowed per second on each replica; 0 turns a limit off.
@@ -92,6 +95,7 @@ impl Default for Config {
             outbox_batch: 256,
             rate_limits: RateLimitConfig::default(),
             write_fanout_max_members: 2000,
+            receipt_max_members: 2000,
         }
     }
 }
@@ -154,6 +158,7 @@ impl Service {
                     max_content_bytes: config.max_content_bytes,
                     direct_policy: config.direct_policy,
                     recall_window_ms: config.recall_window_secs as i64 * 1000,
+                    receipt_max_members: config.receipt_max_members,
                 },
                 rates: domain::RateLimits::new(
                     config.rate_limits.user_per_sec,

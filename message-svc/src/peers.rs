@@ -15,7 +15,7 @@ use imesh_protos::{
 use tonic::{Code, transport::Channel};
 
 use crate::domain::{
-    Audience, Directory, GateAnswer, GroupGate, GroupRefusal, PeerRelation, Sender,
+    Audience, Directory, GateAnswer, Gated, GroupGate, GroupRefusal, PeerRelation, Sender,
 };
 
 /// [`Directory`] backed by relation-svc's cached `CheckRelations`.
@@ -147,7 +147,7 @@ impl GroupGate for GroupServiceGate {
         sender: Sender,
         needs: u32,
     ) -> anyhow::Result<GateAnswer> {
-        let read_fanout = match sender {
+        let (read_fanout, member_count, map_bound) = match sender {
             Sender::User(user) => {
                 let check = CheckSendRequest {
                     group_id: group,
@@ -162,7 +162,8 @@ impl GroupGate for GroupServiceGate {
                 match checked {
                     Ok(reply) => {
                         let reply = reply.into_inner();
-                        self.read_fanout(reply.r#type(), reply.member_count)
+                        let read_fanout = self.read_fanout(reply.r#type(), reply.member_count);
+                        (read_fanout, reply.member_count, reply.map_bound)
                     }
                     Err(status) => return refusal(status),
                 }
@@ -170,7 +171,8 @@ impl GroupGate for GroupServiceGate {
             // The system account writes to any live group.
             Sender::System => match self.group(group).await {
                 Ok(g) if g.status() == GroupStatus::Normal => {
-                    self.read_fanout(g.r#type(), g.member_count)
+                    let read_fanout = self.read_fanout(g.r#type(), g.member_count);
+                    (read_fanout, g.member_count, 0)
                 }
                 Ok(_) => {
                     let why = format!("group_id: group {group} is dismissed or banned");
@@ -180,7 +182,11 @@ impl GroupGate for GroupServiceGate {
             },
         };
         match self.audience_of(group, read_fanout).await {
-            Ok(audience) => Ok(Ok(audience)),
+            Ok(audience) => Ok(Ok(Gated {
+                audience,
+                member_count,
+                map_bound,
+            })),
             Err(status) => refusal(status),
         }
     }

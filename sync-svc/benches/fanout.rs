@@ -15,7 +15,9 @@ use imesh_kit::{
     testing,
 };
 use sync_svc::{
-    domain::{Change, Entry, Inboxes, IncomingEvent, Mark, Memberships, Notifier, Parts},
+    domain::{
+        Change, Entry, Inboxes, IncomingEvent, Mark, MemberMap, Memberships, Notifier, Parts,
+    },
     store::sql::{Migrator, SqlInboxStore},
 };
 
@@ -37,6 +39,10 @@ impl Memberships for Nobody {
     async fn is_member(&self, _: i64, _: i64) -> anyhow::Result<bool> {
         Ok(true)
     }
+
+    async fn member_map(&self, _: i64, _: bool) -> anyhow::Result<Arc<MemberMap>> {
+        Ok(Arc::default())
+    }
 }
 
 async fn inboxes(backend: testing::Backend) -> Inboxes {
@@ -56,9 +62,8 @@ async fn inboxes(backend: testing::Backend) -> Inboxes {
             ids: Arc::new(Snowflake::new(1)),
             notifier: Arc::new(Nobody),
             members: Arc::new(Nobody),
-            encode_read: sync_svc::api::encode_read,
-            encode_advanced: sync_svc::api::encode_advanced,
-            encode_settings: sync_svc::api::encode_settings,
+            bits: Arc::new(sync_svc::bits::memory::MemoryBits::default()),
+            encode: sync_svc::api::ENCODERS,
         },
     )
 }
@@ -78,6 +83,7 @@ fn message(group: usize, seq: i64, members: &[i64]) -> IncomingEvent {
                 time_ms: seq,
                 mentioned: vec![],
                 mention_all: false,
+                receipt_bound: 0,
             },
         }),
     }

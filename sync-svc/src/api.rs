@@ -8,7 +8,8 @@ use prost::Message as _;
 use tonic::{Request, Response, Status};
 
 use crate::domain::{
-    Change, ConversationView, Entry, Error, Inboxes, IncomingEvent, Mark, ReadMark, Settings,
+    Change, ConversationView, Entry, Error, Inboxes, IncomingEvent, Mark, ReadMark, ReceiptCount,
+    Settings,
 };
 
 pub struct SyncApi {
@@ -146,7 +147,75 @@ impl SyncService for SyncApi {
             .map_err(status)?;
         Ok(Response::new(settings_to_proto(&conversation_id, settings)))
     }
+
+    async fn receipt_counts(
+        &self,
+        request: Request<pb::ReceiptCountsRequest>,
+    ) -> Result<Response<pb::ReceiptCountsResponse>, Status> {
+        let actor = identity::actor(&request)?;
+        let pb::ReceiptCountsRequest {
+            conversation_id,
+            seqs,
+        } = request.into_inner();
+        let counts = self
+            .inboxes
+            .receipt_counts(actor, &conversation_id, &seqs)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ReceiptCountsResponse {
+            counts: counts.iter().map(count_to_proto).collect(),
+        }))
+    }
+
+    async fn receipt_readers(
+        &self,
+        request: Request<pb::ReceiptReadersRequest>,
+    ) -> Result<Response<pb::ReceiptReadersResponse>, Status> {
+        let actor = identity::actor(&request)?;
+        let pb::ReceiptReadersRequest {
+            conversation_id,
+            seq,
+            unread,
+            cursor,
+            limit,
+        } = request.into_inner();
+        let (user_ids, next_cursor) = self
+            .inboxes
+            .receipt_readers(actor, &conversation_id, seq, unread, cursor, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ReceiptReadersResponse {
+            user_ids,
+            next_cursor,
+        }))
+    }
 }
+
+fn count_to_proto(count: &ReceiptCount) -> pb::ReceiptCount {
+    pb::ReceiptCount {
+        conversation_id: count.conversation_id.clone(),
+        seq: count.seq,
+        read: count.read,
+        total: count.total,
+    }
+}
+
+/// The encoded ReceiptCount event (the domain's [`crate::domain::EncodeReceipt`]).
+pub fn encode_receipt(count: &ReceiptCount) -> bytes::Bytes {
+    pb::SyncEvent {
+        kind: Some(pb::sync_event::Kind::Receipt(count_to_proto(count))),
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// The proto encoders of the events sync-svc makes itself.
+pub const ENCODERS: crate::domain::Encoders = crate::domain::Encoders {
+    read: encode_read,
+    advanced: encode_advanced,
+    settings: encode_settings,
+    receipt: encode_receipt,
+};
 
 /// The encoded ReadMoved event (the domain's [`crate::domain::EncodeRead`]).
 pub fn encode_read(conversation_id: &str, user: i64, read_seq: i64) -> bytes::Bytes {
@@ -193,8 +262,9 @@ pub fn encode_advanced(conversation_id: &str, latest_seq: i64) -> bytes::Bytes {
     .into()
 }
 
-/// What a message or recall event does to its conversation's state.
-fn mark_of(event: &pb::SyncEvent) -> Option<Mark> {
+/// What a message or recall event does to its conversation's state; `receipt_bound` is
+/// its Fanout's.
+fn mark_of(event: &pb::SyncEvent, receipt_bound: u32) -> Option<Mark> {
     use pb::sync_event::Kind;
     match event.kind.as_ref()? {
         Kind::Message(m) => Some(Mark {
@@ -205,6 +275,7 @@ fn mark_of(event: &pb::SyncEvent) -> Option<Mark> {
                 time_ms: m.server_time_ms,
                 mentioned: m.mentioned_user_ids.clone(),
                 mention_all: m.mention_all,
+                receipt_bound,
             },
         }),
         Kind::Recalled(r) => Some(Mark {
@@ -253,6 +324,7 @@ fn event_from_proto(fanout: pb::Fanout) -> Result<IncomingEvent, Status> {
         recipient_ids,
         event,
         read_fanout_group_id,
+        receipt_map_bound,
     } = fanout;
     let event = event
         .filter(|e| e.kind.is_some())
@@ -262,7 +334,7 @@ fn event_from_proto(fanout: pb::Fanout) -> Result<IncomingEvent, Status> {
         recipients: recipient_ids,
         read_fanout_group: (read_fanout_group_id != 0).then_some(read_fanout_group_id),
         payload: event.encode_to_vec().into(),
-        mark: mark_of(&event),
+        mark: mark_of(&event, receipt_map_bound),
     })
 }
 
@@ -285,7 +357,8 @@ fn status(err: Error) -> Status {
             error::unavailable(e.as_ref())
         }
         Error::Store(ref e) => error::internal(e),
-        Error::NoConversation => Status::not_found(err.to_string()),
+        Error::NoConversation | Error::NoReceipt(_) => Status::not_found(err.to_string()),
+        Error::Forbidden(_) => Status::permission_denied(err.to_string()),
         Error::Groups(ref e) => {
             tracing::error!(error = %format!("{e:#}"), "group-svc call failed");
             Status::unavailable("group-svc is unavailable; retry later")

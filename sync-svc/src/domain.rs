@@ -10,14 +10,19 @@ use std::{
 use bytes::Bytes;
 use imesh_kit::{error::StoreError, ids::Snowflake, seq::SeqAllocator};
 
-use crate::store::{InboxStore, StoredEvent};
+use crate::{
+    bits::ReceiptBits,
+    store::{InboxStore, StoredEvent},
+};
 
 mod reads;
+mod receipts;
 
 pub use reads::{
     Change, ConversationPage, ConversationView, Cursor, EncodeRead, EncodeSettings, Mark, ReadMark,
     Settings,
 };
+pub use receipts::{Dirty, EncodeReceipt, FIRST_SLOT, MapMember, MemberMap, Receipt, ReceiptCount};
 
 /// An event to append to the inboxes of `recipients`; `payload` is an encoded SyncEvent.
 #[derive(Debug, Clone)]
@@ -55,6 +60,10 @@ pub enum Error {
     Groups(#[source] anyhow::Error),
     #[error("conversation_id: not one of your conversations")]
     NoConversation,
+    #[error("seq: message {0} did not ask for read receipts")]
+    NoReceipt(i64),
+    #[error("{0}")]
+    Forbidden(&'static str),
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
@@ -68,6 +77,9 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
 #[async_trait::async_trait]
 pub trait Memberships: Send + Sync + 'static {
     async fn is_member(&self, group: i64, user: i64) -> anyhow::Result<bool>;
+    /// The current members of a group that is not a super group, by map id; `fresh` skips
+    /// any cache.
+    async fn member_map(&self, group: i64, fresh: bool) -> anyhow::Result<Arc<MemberMap>>;
 }
 
 /// Where new entries go to reach online devices (notify-svc).
@@ -88,9 +100,9 @@ pub struct Inboxes {
     ids: Arc<Snowflake>,
     notifier: Arc<dyn Notifier>,
     members: Arc<dyn Memberships>,
-    encode_read: EncodeRead,
-    encode_advanced: EncodeAdvanced,
-    encode_settings: EncodeSettings,
+    bits: Arc<dyn ReceiptBits>,
+    dirty: Dirty,
+    encode: Encoders,
 }
 
 /// Encodes the live hint that a read-fanout conversation reached `latest_seq`.
@@ -102,9 +114,17 @@ pub struct Parts {
     pub ids: Arc<Snowflake>,
     pub notifier: Arc<dyn Notifier>,
     pub members: Arc<dyn Memberships>,
-    pub encode_read: EncodeRead,
-    pub encode_advanced: EncodeAdvanced,
-    pub encode_settings: EncodeSettings,
+    pub bits: Arc<dyn ReceiptBits>,
+    pub encode: Encoders,
+}
+
+/// How the events sync-svc makes itself are encoded (the api's proto encoders).
+#[derive(Clone, Copy)]
+pub struct Encoders {
+    pub read: EncodeRead,
+    pub advanced: EncodeAdvanced,
+    pub settings: EncodeSettings,
+    pub receipt: EncodeReceipt,
 }
 
 impl Inboxes {
@@ -114,9 +134,8 @@ impl Inboxes {
             ids,
             notifier,
             members,
-            encode_read,
-            encode_advanced,
-            encode_settings,
+            bits,
+            encode,
         } = parts;
         Self {
             store,
@@ -124,9 +143,9 @@ impl Inboxes {
             ids,
             notifier,
             members,
-            encode_read,
-            encode_advanced,
-            encode_settings,
+            bits,
+            dirty: Dirty::default(),
+            encode,
         }
     }
 
@@ -192,9 +211,11 @@ impl Inboxes {
             });
         }
         let appended = stored.len() as u32;
+        let passed = self.passed_by_senders(&stored).await?;
         // A concurrent append of the same event fails this one with Conflict; the caller's
         // retry then finds the event known.
         self.store.append(&stored).await?;
+        self.mark_senders(passed).await;
         self.notify(&stored).await;
         self.advance(advanced).await;
         Ok(Appended {
@@ -230,7 +251,7 @@ impl Inboxes {
         }
         let events = advanced
             .into_iter()
-            .map(|(group, (conversation, seq))| (group, (self.encode_advanced)(&conversation, seq)))
+            .map(|(group, (conversation, seq))| (group, (self.encode.advanced)(&conversation, seq)))
             .collect();
         if let Err(e) = self.notifier.deliver_to_groups(events).await {
             tracing::warn!(error = %format!("{e:#}"), "live group hints failed; members catch up through History");

@@ -14,13 +14,15 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bits;
 pub mod domain;
 pub mod keys;
 pub mod peers;
 pub mod store;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
+use bits::ReceiptBits;
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
@@ -47,6 +49,9 @@ pub struct Config {
     /// Inbox entries older than this are dropped (hourly); 0 keeps them forever. The
     /// messages stay in message-svc's history.
     pub inbox_retention_hours: u64,
+    /// How often senders hear that their receipt messages' read counts moved (one event
+    /// per message per window).
+    pub receipt_window_ms: u64,
 }
 
 impl Default for Config {
@@ -59,6 +64,7 @@ impl Default for Config {
             group_addr: "127.0.0.1:50052".into(),
             seq_step: 1000,
             inbox_retention_hours: 7 * 24,
+            receipt_window_ms: 1000,
         }
     }
 }
@@ -76,11 +82,19 @@ impl Service {
     pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
-        let counters: Arc<dyn Counters> = match config.redis.url() {
-            Some(url) => Arc::new(RedisCounters::new(
-                imesh_kit::redis::connect(&config.redis, url).await?,
-            )),
-            None => Arc::new(MemoryCounters::default()),
+        let (counters, bits): (Arc<dyn Counters>, Arc<dyn ReceiptBits>) = match config.redis.url() {
+            Some(url) => {
+                let pool = imesh_kit::redis::connect(&config.redis, url).await?;
+                let arena_ttl = Duration::from_secs(config.inbox_retention_hours.max(24) * 3600);
+                (
+                    Arc::new(RedisCounters::new(pool.clone())),
+                    Arc::new(bits::redis::RedisBits::new(pool, arena_ttl)),
+                )
+            }
+            None => (
+                Arc::new(MemoryCounters::default()),
+                Arc::new(bits::memory::MemoryBits::default()),
+            ),
         };
         let seqs = SeqAllocator::new(
             counters,
@@ -98,9 +112,8 @@ impl Service {
                 ids: Arc::new(Snowflake::new(node_id)),
                 notifier: Arc::new(notifier),
                 members: Arc::new(members),
-                encode_read: api::encode_read,
-                encode_advanced: api::encode_advanced,
-                encode_settings: api::encode_settings,
+                bits,
+                encode: api::ENCODERS,
             },
         );
         Ok(Self {
@@ -116,11 +129,16 @@ impl Service {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
-        let stop_purging = tokio_util::sync::CancellationToken::new();
+        let stop = tokio_util::sync::CancellationToken::new();
         let purging = tokio::spawn(purge_hourly(
             self.inboxes.clone(),
             self.config.inbox_retention_hours,
-            stop_purging.clone(),
+            stop.clone(),
+        ));
+        let counting = tokio::spawn(flush_receipts(
+            self.inboxes.clone(),
+            Duration::from_millis(self.config.receipt_window_ms.max(10)),
+            stop.clone(),
         ));
         let api = api::SyncApi::new(self.inboxes);
         let served = grpc::Server::new(&self.config.grpc)
@@ -131,10 +149,29 @@ impl Service {
             .readiness(imesh_kit::sql::readiness(&self.db))
             .serve(listener, shutdown)
             .await;
-        stop_purging.cancel();
+        stop.cancel();
         purging.await?;
+        counting.await?;
         self.db.close().await?;
         served
+    }
+}
+
+/// Tells senders their receipt messages' new read counts once per `window` until `stop`.
+async fn flush_receipts(
+    inboxes: Arc<domain::Inboxes>,
+    window: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut every = tokio::time::interval(window);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = every.tick() => if let Err(e) = inboxes.flush_receipts().await {
+                tracing::warn!(error = %e, "sending read counts failed; next window");
+            },
+        }
     }
 }
 

@@ -1,10 +1,19 @@
 //! The notify-svc client that carries new inbox entries to online devices, and the
-//! group-svc client that answers who belongs to a read-fanout group.
+//! group-svc client that answers who belongs to a group (read fanout, read receipts).
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use bytes::Bytes;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
-    group::{MemberStatus, MembershipRequest, group_service_client::GroupServiceClient},
+    group::{
+        MemberMapRequest, MemberStatus, MembershipRequest, Role,
+        group_service_client::GroupServiceClient,
+    },
     notify::{
         DeliverRequest, DeliverToGroupsRequest, Delivery, GroupEvent,
         notify_service_client::NotifyServiceClient,
@@ -13,7 +22,7 @@ use imesh_protos::{
 };
 use tonic::transport::Channel;
 
-use crate::domain::{Entry, Memberships, Notifier};
+use crate::domain::{Entry, MapMember, MemberMap, Memberships, Notifier};
 
 pub struct NotifyNotifier {
     client: NotifyServiceClient<Channel>,
@@ -65,10 +74,17 @@ impl Notifier for NotifyNotifier {
     }
 }
 
-/// [`Memberships`] backed by group-svc's `Membership`.
+/// How long a group's member map is reused: read counts may lag membership by this much.
+const MAP_TTL: Duration = Duration::from_secs(1);
+/// Past this many cached maps the cache starts over.
+const MAX_MAPS: usize = 10_000;
+
+/// [`Memberships`] backed by group-svc's `Membership` and `MemberMap`, the maps cached
+/// for [`MAP_TTL`].
 pub struct GroupMemberships {
     client: GroupServiceClient<Channel>,
     caller: Caller,
+    maps: parking_lot::Mutex<HashMap<i64, (Instant, Arc<MemberMap>)>>,
 }
 
 impl GroupMemberships {
@@ -76,6 +92,7 @@ impl GroupMemberships {
         Self {
             client: GroupServiceClient::new(channel),
             caller,
+            maps: parking_lot::Mutex::default(),
         }
     }
 }
@@ -97,5 +114,39 @@ impl Memberships for GroupMemberships {
             Err(status) if status.code() == tonic::Code::NotFound => Ok(false),
             Err(status) => Err(status.into()),
         }
+    }
+
+    async fn member_map(&self, group: i64, fresh: bool) -> anyhow::Result<Arc<MemberMap>> {
+        if !fresh
+            && let Some((at, map)) = self.maps.lock().get(&group)
+            && at.elapsed() < MAP_TTL
+        {
+            return Ok(map.clone());
+        }
+        let request = MemberMapRequest { group_id: group };
+        let reply = self
+            .client
+            .clone()
+            .member_map(self.caller.request(Actor::System, request))
+            .await?
+            .into_inner();
+        let members = reply
+            .user_ids
+            .iter()
+            .zip(&reply.map_ids)
+            .zip(reply.roles())
+            .map(|((user, map_id), role)| MapMember {
+                user: *user,
+                map_id: *map_id,
+                manages: matches!(role, Role::Admin | Role::Owner),
+            })
+            .collect();
+        let map = Arc::new(MemberMap::new(members));
+        let mut maps = self.maps.lock();
+        if maps.len() >= MAX_MAPS {
+            maps.clear();
+        }
+        maps.insert(group, (Instant::now(), map.clone()));
+        Ok(map)
     }
 }

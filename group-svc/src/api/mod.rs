@@ -393,6 +393,24 @@ impl GroupService for GroupApi {
             r#type: kind_to_proto(allowed.group.kind) as i32,
             member_count: allowed.group.member_count,
             join_seq: allowed.join_seq,
+            map_bound: allowed.group.next_map_id,
+        })
+    }
+
+    async fn member_map(
+        &self,
+        request: Request<pb::MemberMapRequest>,
+    ) -> Reply<pb::MemberMapResponse> {
+        let pb::MemberMapRequest { group_id } = system_call(request)?;
+        let (members, version) = self.groups.member_map(group_id).await.map_err(status)?;
+        ok(pb::MemberMapResponse {
+            user_ids: members.iter().map(|m| m.user_id).collect(),
+            map_ids: members.iter().map(|m| m.map_id).collect(),
+            roles: members
+                .iter()
+                .map(|m| role_to_proto(m.role) as i32)
+                .collect(),
+            version,
         })
     }
 

@@ -461,3 +461,72 @@ async fn imports_are_bounded_by_the_member_limit_and_memberships_of_strangers_ar
         pb::Role::Owner
     );
 }
+
+#[tokio::test]
+async fn member_maps_list_current_members_by_map_id_and_rejoins_get_a_new_map_id() {
+    let api = api().await;
+    let g = team(&api).await;
+    let map = async |api: &GroupApi| {
+        let request = call(Actor::System, pb::MemberMapRequest { group_id: g });
+        api.member_map(request).await.map(|r| r.into_inner())
+    };
+    let before = map(&api).await.unwrap();
+    assert_eq!(before.user_ids, vec![1, 2, 3, 4]);
+    assert_eq!(before.map_ids, vec![0, 1, 2, 3]);
+    let roles: Vec<pb::Role> = before.roles().collect();
+    assert_eq!(roles[..2], [pb::Role::Owner, pb::Role::Admin]);
+    let bound = async |api: &GroupApi, u: i64| {
+        let request = call(
+            Actor::System,
+            pb::CheckSendRequest {
+                group_id: g,
+                user_id: u,
+                needs: 0,
+            },
+        );
+        api.check_send(request)
+            .await
+            .unwrap()
+            .into_inner()
+            .map_bound
+    };
+    assert_eq!(
+        bound(&api, 3).await,
+        4,
+        "map ids 0–3 were given before the send"
+    );
+
+    api.quit_group(user(3, pb::QuitGroupRequest { group_id: g }))
+        .await
+        .unwrap();
+    let invite = pb::InviteMembersRequest {
+        group_id: g,
+        user_ids: vec![3],
+    };
+    api.invite_members(user(1, invite)).await.unwrap();
+    let after = map(&api).await.unwrap();
+    assert_eq!(
+        after.user_ids,
+        vec![1, 2, 4, 3],
+        "the rejoined member comes last"
+    );
+    assert_eq!(
+        after.map_ids,
+        vec![0, 1, 3, 4],
+        "with a map id never used before"
+    );
+    assert!(after.version > before.version);
+    assert_eq!(bound(&api, 3).await, 5);
+
+    let unknown = call(Actor::System, pb::MemberMapRequest { group_id: 424_242 });
+    assert_eq!(
+        api.member_map(unknown).await.unwrap_err().code(),
+        Code::NotFound
+    );
+    let as_user = user(1, pb::MemberMapRequest { group_id: g });
+    assert_eq!(
+        api.member_map(as_user).await.unwrap_err().code(),
+        Code::PermissionDenied,
+        "internal callers only"
+    );
+}

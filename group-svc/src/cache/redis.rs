@@ -36,12 +36,13 @@ impl GroupCache for RedisGroupCache {
 
     async fn put_group(&self, group_id: i64, g: GateGroup) -> Result<(), StoreError> {
         let code = format!(
-            "{}|{}|{}|{}|{}",
+            "{}|{}|{}|{}|{}|{}",
             g.kind as u8,
             g.status as u8,
             u8::from(g.mute_all),
             g.version,
-            g.member_count
+            g.member_count,
+            g.next_map_id
         );
         let _: () = self
             .pool
@@ -187,6 +188,7 @@ fn decode_group(code: &str) -> Option<GateGroup> {
         mute_all: f.next()? == "1",
         version: f.next()?.parse().ok()?,
         member_count: f.next()?.parse().ok()?,
+        next_map_id: f.next()?.parse().ok()?,
     })
 }
 

@@ -32,6 +32,7 @@ const GROUP: GateGroup = GateGroup {
     mute_all: true,
     version: 7,
     member_count: 3,
+    next_map_id: 9,
 };
 const MEMBER: GateMember = GateMember {
     role: Role::Admin,

@@ -42,6 +42,9 @@ pub struct Groups {
     gate: Arc<Gate>,
 }
 
+/// Members read per query when listing a whole group.
+const MEMBER_MAP_PAGE: u32 = 1000;
+
 impl Groups {
     pub fn new(
         store: Arc<dyn GroupStore>,
@@ -394,6 +397,27 @@ impl Groups {
             ));
         }
         Ok((self.gate.member_ids(group_id).await?, group.version))
+    }
+
+    /// Every current member by map id, and the group's version (read receipts). Super
+    /// groups have no full member list.
+    pub async fn member_map(&self, group_id: i64) -> Result<(Vec<Member>, i64), Error> {
+        let group = self.get(group_id).await?;
+        if group.kind == GroupType::Super {
+            return Err(Error::Precondition(
+                "group_id: super groups have no full member list",
+            ));
+        }
+        let mut members = Vec::with_capacity(group.member_count as usize);
+        loop {
+            let from = members.last().map_or(0, |m: &Member| m.map_id + 1);
+            let page = self.store.page(group_id, from, MEMBER_MAP_PAGE).await?;
+            let full = page.len() == MEMBER_MAP_PAGE as usize;
+            members.extend(page);
+            if !full {
+                return Ok((members, group.version));
+            }
+        }
     }
 
     /// Bulk adds (imports, load tests): no events, no invitation rules.

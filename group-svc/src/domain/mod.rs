@@ -138,6 +138,8 @@ pub struct GateGroup {
     pub mute_all: bool,
     pub version: i64,
     pub member_count: u32,
+    /// The map id the next member gets: everyone below it joined before now.
+    pub next_map_id: u32,
 }
 
 /// What the gate needs of a member row.
@@ -159,6 +161,7 @@ impl From<&Group> for GateGroup {
             mute_all: g.mute_all,
             version: g.version,
             member_count: g.member_count,
+            next_map_id: g.next_map_id,
         }
     }
 }

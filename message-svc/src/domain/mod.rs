@@ -96,8 +96,28 @@ pub enum Audience {
     Group(i64),
 }
 
-/// group-svc's answer to "may this go out, and to whom": the audience, or a refusal.
-pub type GateAnswer = Result<Audience, (GroupRefusal, String)>;
+/// group-svc's answer to "may this go out, and to whom", or a refusal.
+pub type GateAnswer = Result<Gated, (GroupRefusal, String)>;
+
+/// A group send group-svc allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gated {
+    pub audience: Audience,
+    pub member_count: u32,
+    /// Members with a map id below this joined before the decision.
+    pub map_bound: u32,
+}
+
+impl Gated {
+    /// A direct or notice conversation: no group, no map.
+    fn direct(users: Vec<i64>) -> Self {
+        Self {
+            audience: Audience::Users(users),
+            member_count: 0,
+            map_bound: 0,
+        }
+    }
+}
 
 /// group-svc's send gate and member list, as message-svc needs them.
 #[async_trait::async_trait]
@@ -167,6 +187,8 @@ pub struct Limits {
     pub direct_policy: DirectPolicy,
     /// How long a sender may recall their own message.
     pub recall_window_ms: i64,
+    /// Largest group whose messages may ask for read receipts.
+    pub receipt_max_members: u32,
 }
 
 pub struct Messages {

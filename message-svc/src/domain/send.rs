@@ -7,9 +7,9 @@ use futures::{StreamExt, stream};
 use imesh_kit::{error::StoreError, outbox::OutboxRow};
 
 use super::{
-    AT_ALL, Audience, Content, Conversation, ConversationId, DirectPolicy, Error, MAX_MENTIONS,
-    Mentions, Message, Messages, PeerRelation, Sender, Sent, Target, direct_conversation, invalid,
-    types::parse_client_msg_id,
+    AT_ALL, Audience, Content, Conversation, ConversationId, DirectPolicy, Error, Gated,
+    GroupRefusal, MAX_MENTIONS, Mentions, Message, Messages, PeerRelation, Sender, Sent, Target,
+    direct_conversation, invalid, types::parse_client_msg_id,
 };
 
 pub struct SendCommand {
@@ -17,6 +17,8 @@ pub struct SendCommand {
     pub to: Option<Target>,
     pub content: Option<Content>,
     pub mentions: Mentions,
+    /// Count who reads it (groups only).
+    pub receipt: bool,
 }
 
 /// One message from the system account to each of many users and groups.
@@ -63,9 +65,38 @@ impl Messages {
             };
             self.rates.check(user, group)?;
         }
-        let (conversation, audience) = self.gate(sender, to, &mentions).await?;
-        let message = self.compose(sender, client_msg_id, conversation, content, mentions);
-        self.commit(message, &audience).await
+        if command.receipt && matches!(to, Target::User(_)) {
+            return Err(invalid(
+                "receipt",
+                "only group messages ask for read receipts; direct ones show the peer's read_seq",
+            ));
+        }
+        if command.receipt && sender == Sender::System {
+            return Err(invalid(
+                "receipt",
+                "the system account has no receipts: it is not a member",
+            ));
+        }
+        let (conversation, gated) = self.gate(sender, to, &mentions).await?;
+        let mut message = self.compose(sender, client_msg_id, conversation, content, mentions);
+        if command.receipt {
+            message.receipt_bound = self.receipt_bound(&gated)?;
+        }
+        self.commit(message, &gated.audience).await
+    }
+
+    /// The map bound a receipt message records, when its group is small enough to count.
+    fn receipt_bound(&self, gated: &Gated) -> Result<u32, Error> {
+        let max = self.limits.receipt_max_members;
+        if matches!(gated.audience, Audience::Group(_)) || gated.member_count > max {
+            return Err(Error::GroupRefused(
+                GroupRefusal::Precondition,
+                format!(
+                    "receipt: read receipts are for groups of up to {max} members; larger groups show read watermarks only"
+                ),
+            ));
+        }
+        Ok(gated.map_bound)
     }
 
     /// Sends `command.content` from the system account to every target, each on its own:
@@ -140,7 +171,7 @@ impl Messages {
         }
         let audience = match target {
             Target::User(u) => Audience::Users(vec![u]),
-            Target::Group(g) => self.group_audience(g, Sender::System, 0).await?,
+            Target::Group(g) => self.group_audience(g, Sender::System, 0).await?.audience,
         };
         let message = self.compose(
             Sender::System,
@@ -186,6 +217,7 @@ impl Messages {
             client_msg_id,
             content,
             mentions,
+            receipt_bound: 0,
             server_time_ms: imesh_kit::ids::unix_ms(),
             recalled_by: 0,
             recalled_at_ms: 0,
@@ -227,7 +259,7 @@ impl Messages {
         sender: Sender,
         to: Target,
         mentions: &Mentions,
-    ) -> Result<(ConversationId, Audience), Error> {
+    ) -> Result<(ConversationId, Gated), Error> {
         match (to, sender) {
             (Target::User(peer), _) if peer <= 0 => Err(invalid("user_id", "must be a user id")),
             (Target::Group(group), _) if group <= 0 => {
@@ -238,10 +270,7 @@ impl Messages {
                 if found.map_err(Error::Directory)?.is_empty() {
                     return Err(Error::UnknownUser(peer));
                 }
-                Ok((
-                    Conversation::Notices(peer).id(),
-                    Audience::Users(vec![peer]),
-                ))
+                Ok((Conversation::Notices(peer).id(), Gated::direct(vec![peer])))
             }
             (Target::User(peer), Sender::User(me)) => {
                 if peer == me {
@@ -249,17 +278,14 @@ impl Messages {
                 }
                 let relation = self.peers.relations.relation(me, peer).await;
                 self.allowed(peer, relation.map_err(Error::Directory)?)?;
-                Ok((
-                    direct_conversation(me, peer),
-                    Audience::Users(vec![me, peer]),
-                ))
+                Ok((direct_conversation(me, peer), Gated::direct(vec![me, peer])))
             }
             (Target::Group(group), _) => {
                 let needs = if mentions.all { AT_ALL } else { 0 };
-                let audience = self.group_audience(group, sender, needs).await?;
-                self.check_mentioned(group, sender, &audience, &mentions.users)
+                let gated = self.group_audience(group, sender, needs).await?;
+                self.check_mentioned(group, sender, &gated.audience, &mentions.users)
                     .await?;
-                Ok((Conversation::Group(group).id(), audience))
+                Ok((Conversation::Group(group).id(), gated))
             }
         }
     }
@@ -292,12 +318,7 @@ impl Messages {
         }
     }
 
-    async fn group_audience(
-        &self,
-        group: i64,
-        sender: Sender,
-        needs: u32,
-    ) -> Result<Audience, Error> {
+    async fn group_audience(&self, group: i64, sender: Sender, needs: u32) -> Result<Gated, Error> {
         self.peers
             .groups
             .recipients(group, sender, needs)

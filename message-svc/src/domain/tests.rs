@@ -2,6 +2,7 @@
 
 mod fanout;
 mod kinds;
+mod receipts;
 
 use std::sync::Arc;
 
@@ -42,6 +43,15 @@ impl Directory for Users {
     }
 }
 
+/// Three members whose map ids are below 5.
+fn gated(audience: Audience) -> Gated {
+    Gated {
+        audience,
+        member_count: 3,
+        map_bound: 5,
+    }
+}
+
 /// Group 7 has members 1, 2 and 3; user 3 is muted there; only 2 (an admin) may @all.
 /// Group 70 is a super group (read fanout) of the same members.
 struct Groups;
@@ -60,8 +70,12 @@ impl GroupGate for Groups {
             (7, Sender::User(1)) if needs & AT_ALL != 0 => {
                 refused(GroupRefusal::Forbidden, "mention_all: needs AT_ALL")
             }
-            (7, Sender::User(1 | 2) | Sender::System) => Ok(Audience::Users(vec![1, 2, 3])),
-            (70, Sender::User(1 | 2) | Sender::System) => Ok(Audience::Group(70)),
+            (7, Sender::User(1 | 2) | Sender::System) => Ok(gated(Audience::Users(vec![1, 2, 3]))),
+            (9, Sender::User(1)) => Ok(Gated {
+                member_count: 4,
+                ..gated(Audience::Users(vec![1, 2, 3, 4]))
+            }),
+            (70, Sender::User(1 | 2) | Sender::System) => Ok(gated(Audience::Group(70))),
             _ => refused(GroupRefusal::NotFound, "group_id: no such group"),
         })
     }
@@ -140,6 +154,7 @@ async fn build(direct_policy: DirectPolicy, rates: RateLimits) -> (Messages, Sql
                 max_content_bytes: 300,
                 direct_policy,
                 recall_window_ms: 60_000,
+                receipt_max_members: 3,
             },
             rates,
         },
@@ -153,6 +168,7 @@ fn text(client_msg_id: &str, to: i64, body: &str) -> SendCommand {
         to: Some(Target::User(to)),
         content: Some(Content::Text(body.into())),
         mentions: Mentions::default(),
+        receipt: false,
     }
 }
 
@@ -268,6 +284,7 @@ async fn group_sends_go_to_the_members_group_svc_names_and_refusals_store_nothin
         to: Some(Target::Group(group)),
         content: Some(Content::Text("all".into())),
         mentions: Mentions::default(),
+        receipt: false,
     };
     let sent = messages.send(u(1), to_group("g1", 7)).await.unwrap();
     assert_eq!((sent.conversation_id.as_str(), sent.seq), ("g:7", 1));
@@ -301,6 +318,7 @@ async fn history_shows_each_member_only_what_they_could_see() {
             to: Some(Target::Group(7)),
             content: Some(Content::Text(format!("m{}", i + 1))),
             mentions: Mentions::default(),
+            receipt: false,
         };
         messages.send(u(sender), command).await.unwrap();
     }
@@ -382,6 +400,7 @@ async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_onc
         to: Some(to),
         content: Some(Content::Text("oops".into())),
         mentions: Mentions::default(),
+        receipt: false,
     };
     let direct = messages
         .send(u(1), send("r1", Target::User(2)))

@@ -96,6 +96,9 @@ pub struct Message {
     pub client_msg_id: String,
     pub content: Content,
     pub mentions: Mentions,
+    /// 0, or for a message asking for read receipts the group's map bound when it was sent
+    /// (members with a lower map id could read it).
+    pub receipt_bound: u32,
     pub server_time_ms: i64,
     /// Who recalled it (0: not recalled); a recalled message keeps no content.
     pub recalled_by: i64,

@@ -34,6 +34,8 @@ mod messages {
         /// Mentioned user ids, comma-separated.
         pub mentions: Option<String>,
         pub mention_all: bool,
+        /// 0, or the member map bound of a message asking for read receipts.
+        pub receipt_bound: i32,
         pub server_time_ms: i64,
         pub recalled_by: i64,
         pub recalled_at_ms: i64,
@@ -133,6 +135,7 @@ fn to_message(m: messages::Model) -> Result<Message, StoreError> {
         client_msg_id: m.client_msg_id,
         content,
         mentions: decode_mentions(m.mentions, m.mention_all),
+        receipt_bound: m.receipt_bound as u32,
         server_time_ms: m.server_time_ms,
         recalled_by: m.recalled_by,
         recalled_at_ms: m.recalled_at_ms,
@@ -183,6 +186,7 @@ impl MessageStore for SqlMessageStore {
             body: Set(body),
             mentions: Set(encode_mentions(&message.mentions)),
             mention_all: Set(message.mentions.all),
+            receipt_bound: Set(message.receipt_bound as i32),
             server_time_ms: Set(message.server_time_ms),
             recalled_by: Set(0),
             recalled_at_ms: Set(0),
@@ -303,6 +307,7 @@ impl MigratorTrait for Migrator {
             }),
             Box::new(CreateMessages),
             Box::new(AddMentions),
+            Box::new(AddReceipts),
         ]
     }
 
@@ -396,5 +401,27 @@ impl MigrationTrait for AddMentions {
                 .await?;
         }
         Ok(())
+    }
+}
+
+struct AddReceipts;
+
+impl MigrationName for AddReceipts {
+    fn name(&self) -> &str {
+        "m20261202_000005_message_receipts"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddReceipts {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(Alias::new("messages"))
+                    .add_column(integer(Alias::new("receipt_bound")).default(0))
+                    .to_owned(),
+            )
+            .await
     }
 }

@@ -30,6 +30,7 @@ fn message(msg_id: i64, seq: i64, client_msg_id: &str) -> Message {
         client_msg_id: client_msg_id.into(),
         content: Content::Text(format!("hello {seq}")),
         mentions: Mentions::default(),
+        receipt_bound: 0,
         server_time_ms: 1_700_000_000_000 + seq,
         recalled_by: 0,
         recalled_at_ms: 0,
@@ -175,6 +176,7 @@ async fn every_content_kind_and_its_mentions_round_trip_on_every_backend() {
                     users: vec![2, 30_000_000_000],
                     all: i == 1,
                 },
+                receipt_bound: 7 * i as u32,
                 ..message(seq, seq, &format!("k{seq}"))
             };
             store.append(&sent, event(seq)).await.unwrap();

@@ -25,6 +25,8 @@ pub enum Change {
         time_ms: i64,
         mentioned: Vec<i64>,
         mention_all: bool,
+        /// 0, or the map bound of a message asking for read receipts.
+        receipt_bound: u32,
     },
     /// Message `seq` was recalled.
     Recall { by: i64, at_ms: i64 },
@@ -119,7 +121,7 @@ impl Inboxes {
     /// Raises `user`'s watermarks to the marks (never past a conversation's latest seq) and
     /// returns the stored ones. Each conversation left at the requested seq gets a ReadMoved
     /// event for the user's devices and a direct peer's, once per seq however often the mark
-    /// is replayed.
+    /// is replayed. The receipt messages a watermark passes count the user as a reader.
     pub async fn mark_read(&self, user: i64, marks: Vec<ReadMark>) -> Result<Vec<ReadMark>, Error> {
         if marks.is_empty() || marks.len() > MAX_READ_MARKS {
             return Err(invalid(
@@ -144,12 +146,14 @@ impl Inboxes {
             states.extend(self.opened_states(user, &ids, &states).await?);
         }
         let mut raise = Vec::new();
+        let mut advances = Vec::new();
         let mut stored = Vec::new();
         let mut events = Vec::new();
         for (conversation_id, read_seq, latest_seq) in states {
             let want = wanted[&conversation_id].min(latest_seq);
             if want > read_seq {
                 raise.push((conversation_id.clone(), want));
+                advances.push((conversation_id.clone(), read_seq, want));
             }
             let now = read_seq.max(want);
             if want == now && now > 0 {
@@ -160,6 +164,8 @@ impl Inboxes {
                 read_seq: now,
             });
         }
+        // Receipt bits first: a stored watermark always has its bits.
+        self.mark_receipts(user, &advances).await?;
         self.store.raise_read(user, &raise).await?;
         if !events.is_empty() {
             self.append(events).await?;
@@ -198,7 +204,7 @@ impl Inboxes {
             event_id: format!("settings:{user}:{conversation_id}:{}", self.ids.next_id()),
             recipients: vec![user],
             read_fanout_group: None,
-            payload: (self.encode_settings)(conversation_id, settings),
+            payload: (self.encode.settings)(conversation_id, settings),
             mark: None,
         };
         self.append(vec![event]).await?;
@@ -252,7 +258,7 @@ impl Inboxes {
         IncomingEvent {
             event_id: format!("read:{user}:{conversation_id}:{read_seq}"),
             recipients,
-            payload: (self.encode_read)(conversation_id, user, read_seq),
+            payload: (self.encode.read)(conversation_id, user, read_seq),
             read_fanout_group: None,
             mark: None,
         }
@@ -304,7 +310,7 @@ impl Inboxes {
 }
 
 /// The group of a group conversation `g:<group>`.
-fn group_of(conversation_id: &str) -> Option<i64> {
+pub(super) fn group_of(conversation_id: &str) -> Option<i64> {
     conversation_id
         .strip_prefix("g:")?
         .parse()

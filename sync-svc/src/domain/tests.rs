@@ -1,6 +1,7 @@
 //! Fanout, replay and pull over a real SQLite store with in-process counters.
 
 mod reads;
+mod receipts;
 
 use parking_lot::Mutex;
 
@@ -33,13 +34,31 @@ impl Notifier for Recorder {
     }
 }
 
-/// Every group's members are users 1 to 5.
-struct Members;
+/// Every group's current members: users 1 to 5 with map ids 0 to 4 and user 1 the owner,
+/// unless a test changes them.
+struct Members(Mutex<Vec<MapMember>>);
+
+impl Default for Members {
+    fn default() -> Self {
+        let members = (1..=5)
+            .map(|user| MapMember {
+                user,
+                map_id: user as u32 - 1,
+                manages: user == 1,
+            })
+            .collect();
+        Self(Mutex::new(members))
+    }
+}
 
 #[async_trait::async_trait]
 impl Memberships for Members {
     async fn is_member(&self, _: i64, user: i64) -> anyhow::Result<bool> {
-        Ok((1..=5).contains(&user))
+        Ok(self.0.lock().iter().any(|m| m.user == user))
+    }
+
+    async fn member_map(&self, _: i64, _: bool) -> anyhow::Result<Arc<MemberMap>> {
+        Ok(Arc::new(MemberMap::new(self.0.lock().clone())))
     }
 }
 
@@ -48,6 +67,16 @@ async fn inboxes() -> (Inboxes, Arc<Recorder>) {
     let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
         .await
         .unwrap();
+    let bits = Arc::new(crate::bits::memory::MemoryBits::default());
+    build(db, Arc::default(), bits)
+}
+
+/// Inboxes over `db` with these members and receipt bits, and their notifier.
+fn build(
+    db: sea_orm::DatabaseConnection,
+    members: Arc<Members>,
+    bits: Arc<dyn ReceiptBits>,
+) -> (Inboxes, Arc<Recorder>) {
     let seqs = SeqAllocator::new(
         Arc::new(MemoryCounters::default()),
         Arc::new(SqlCeilings::new(db.clone())),
@@ -60,10 +89,9 @@ async fn inboxes() -> (Inboxes, Arc<Recorder>) {
             seqs: Arc::new(seqs),
             ids: Arc::new(Snowflake::new(0)),
             notifier: recorder.clone(),
-            members: Arc::new(Members),
-            encode_read: crate::api::encode_read,
-            encode_advanced: crate::api::encode_advanced,
-            encode_settings: crate::api::encode_settings,
+            members,
+            bits,
+            encode: crate::api::ENCODERS,
         },
     );
     (inboxes, recorder)

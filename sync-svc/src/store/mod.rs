@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use imesh_kit::error::StoreError;
 
-use crate::domain::{ConversationView, Cursor, Entry, Mark, Settings};
+use crate::domain::{ConversationView, Cursor, Entry, Mark, Receipt, Settings};
 
 pub mod sql;
 
@@ -29,7 +29,8 @@ pub trait InboxStore: Send + Sync + 'static {
     /// do to conversation state: a message raises the conversation's latest seq (its last
     /// message follows the highest seq), gives every recipient a read state starting just
     /// before it, raises the sender's read seq to it and flags the mentioned; a recall of the
-    /// latest message marks it recalled. MUST fail with `Conflict`, storing nothing, when an
+    /// latest message marks it recalled; a message asking for receipts gets the next free
+    /// slot of its conversation's arena. MUST fail with `Conflict`, storing nothing, when an
     /// event id or a `(user, sync_seq)` already exists.
     async fn append(&self, events: &[StoredEvent]) -> Result<(), StoreError>;
     /// Up to `limit` of `user`'s entries with `sync_seq > after`, in order.
@@ -72,6 +73,24 @@ pub trait InboxStore: Send + Sync + 'static {
     ) -> Result<Settings, StoreError>;
     /// The sum of `user`'s unread counts.
     async fn total_unread(&self, user: i64) -> Result<i64, StoreError>;
+    /// The receipt messages among `seqs` of a conversation, by seq.
+    async fn receipts(&self, conversation: &str, seqs: &[i64]) -> Result<Vec<Receipt>, StoreError>;
+    /// The receipt messages with `after < seq <= upto`, by seq.
+    async fn receipts_between(
+        &self,
+        conversation: &str,
+        after: i64,
+        upto: i64,
+    ) -> Result<Vec<Receipt>, StoreError>;
+    /// The receipt messages past `user`'s read seq, up to `upto`; none without a read state.
+    async fn receipts_unread_by(
+        &self,
+        user: i64,
+        conversation: &str,
+        upto: i64,
+    ) -> Result<Vec<Receipt>, StoreError>;
+    /// `(user, read_seq)` of everyone with a read state in the conversation.
+    async fn readers(&self, conversation: &str) -> Result<Vec<(i64, i64)>, StoreError>;
 }
 
 #[cfg(test)]

@@ -11,9 +11,10 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::{InboxStore, StoredEvent};
-use crate::domain::{ConversationView, Cursor, Entry, Settings};
+use crate::domain::{ConversationView, Cursor, Entry, Receipt, Settings};
 
 mod reads;
+mod receipts;
 
 #[derive(Iden)]
 enum SyncEvents {
@@ -110,6 +111,7 @@ impl InboxStore for SqlInboxStore {
             txn.execute(&insert).await?;
         }
         let created = reads::apply_marks(&txn, events, &self.known).await?;
+        receipts::allocate(&txn, events).await?;
         txn.commit().await?;
         self.known.remember(&created);
         Ok(())
@@ -225,6 +227,32 @@ impl InboxStore for SqlInboxStore {
     async fn total_unread(&self, user: i64) -> Result<i64, StoreError> {
         reads::total_unread(&self.db, user).await
     }
+
+    async fn receipts(&self, conversation: &str, seqs: &[i64]) -> Result<Vec<Receipt>, StoreError> {
+        receipts::of_seqs(&self.db, conversation, seqs).await
+    }
+
+    async fn receipts_between(
+        &self,
+        conversation: &str,
+        after: i64,
+        upto: i64,
+    ) -> Result<Vec<Receipt>, StoreError> {
+        receipts::between(&self.db, conversation, after, upto).await
+    }
+
+    async fn receipts_unread_by(
+        &self,
+        user: i64,
+        conversation: &str,
+        upto: i64,
+    ) -> Result<Vec<Receipt>, StoreError> {
+        receipts::unread_by(&self.db, user, conversation, upto).await
+    }
+
+    async fn readers(&self, conversation: &str) -> Result<Vec<(i64, i64)>, StoreError> {
+        reads::readers(&self.db, conversation).await
+    }
 }
 
 pub struct Migrator;
@@ -237,6 +265,7 @@ impl MigratorTrait for Migrator {
             Box::new(CreateInboxes),
             Box::new(reads::CreateConversationState),
             Box::new(reads::AddSettings),
+            Box::new(receipts::CreateReceipts),
         ]
     }
 

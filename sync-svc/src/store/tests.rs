@@ -39,6 +39,7 @@ fn message(id: i64, conversation: &str, seq: i64, sender: i64, recipients: &[i64
                 time_ms: 1_000 + id,
                 mentioned: vec![],
                 mention_all: false,
+                receipt_bound: 0,
             },
         }),
         ..event(id, &entries)

@@ -13,6 +13,7 @@ fn to_super(client_msg_id: &str, mentioned: Vec<i64>) -> SendCommand {
             users: mentioned,
             all: false,
         },
+        receipt: false,
     }
 }
 

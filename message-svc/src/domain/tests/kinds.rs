@@ -10,6 +10,7 @@ fn to(to: Target, client_msg_id: &str, content: Content) -> SendCommand {
         to: Some(to),
         content: Some(content),
         mentions: Mentions::default(),
+        receipt: false,
     }
 }
 
@@ -148,6 +149,7 @@ async fn mentions_reach_the_event_and_are_checked_against_members_and_at_all() {
     let (messages, outbox) = messages().await;
     let mention = |client_msg_id: &str, target, users: Vec<i64>, all| SendCommand {
         mentions: Mentions { users, all },
+        receipt: false,
         ..to(target, client_msg_id, Content::Text("hey".into()))
     };
     messages

@@ -27,6 +27,7 @@ fn message(
                 time_ms: seq,
                 mentioned: mentioned.to_vec(),
                 mention_all,
+                receipt_bound: 0,
             },
         }),
     }

@@ -99,6 +99,7 @@ pub(super) async fn apply_marks(
                 time_ms,
                 mentioned,
                 mention_all,
+                ..
             } => {
                 let newest = latest.entry(conversation).or_default();
                 if mark.seq > newest.seq {
@@ -294,6 +295,22 @@ pub(super) async fn read_states(
                 r.try_get("", "max_seq")?,
             ))
         })
+        .collect::<Result<_, DbErr>>()
+        .map_err(Into::into)
+}
+
+pub(super) async fn readers(
+    db: &DatabaseConnection,
+    conversation: &str,
+) -> Result<Vec<(i64, i64)>, StoreError> {
+    let stmt = Query::select()
+        .columns([ReadStates::UserId, ReadStates::ReadSeq])
+        .from(ReadStates::Table)
+        .and_where(Expr::col(ReadStates::ConversationId).eq(conversation))
+        .to_owned();
+    let rows = db.query_all(&stmt).await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get("", "user_id")?, r.try_get("", "read_seq")?)))
         .collect::<Result<_, DbErr>>()
         .map_err(Into::into)
 }

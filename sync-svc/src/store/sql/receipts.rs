@@ -1,0 +1,216 @@
+//! Receipt messages in SQL: one `receipts` row per message that asked for read receipts,
+//! with its map bound and its slot in the conversation's bitmap arena. Slots are handed
+//! out inside the append transaction, after the conversation's highest; two appends racing
+//! for the same slot collide on the unique `(conversation_id, byte_offset)` and one retries.
+
+use std::collections::HashMap;
+
+use imesh_kit::error::StoreError;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, QueryResult};
+use sea_orm_migration::{prelude::*, schema::*};
+
+use crate::{
+    domain::{Change, FIRST_SLOT, Receipt},
+    store::StoredEvent,
+};
+
+#[derive(Iden)]
+enum Receipts {
+    Table,
+    ConversationId,
+    Seq,
+    SenderId,
+    MapBound,
+    ByteOffset,
+    ByteLen,
+}
+
+/// Records the events' receipt messages inside their append transaction.
+pub(super) async fn allocate(
+    txn: &DatabaseTransaction,
+    events: &[StoredEvent],
+) -> Result<(), DbErr> {
+    let mut asked: HashMap<&str, Vec<(i64, i64, u32)>> = HashMap::new();
+    for event in events {
+        let Some(mark) = &event.mark else { continue };
+        if let Change::Message {
+            sender,
+            receipt_bound,
+            ..
+        } = &mark.change
+            && *receipt_bound > 0
+        {
+            let slots = asked.entry(mark.conversation_id.as_str()).or_default();
+            slots.push((mark.seq, *sender, *receipt_bound));
+        }
+    }
+    for (conversation, mut messages) in asked {
+        messages.sort_unstable();
+        let mut offset = next_offset(txn, conversation).await?;
+        let mut insert = Query::insert();
+        insert.into_table(Receipts::Table).columns([
+            Receipts::ConversationId,
+            Receipts::Seq,
+            Receipts::SenderId,
+            Receipts::MapBound,
+            Receipts::ByteOffset,
+            Receipts::ByteLen,
+        ]);
+        for (seq, sender, bound) in messages {
+            let len = Receipt::slot_len(bound);
+            insert.values_panic([
+                conversation.into(),
+                seq.into(),
+                sender.into(),
+                i64::from(bound).into(),
+                (offset as i64).into(),
+                (len as i64).into(),
+            ]);
+            offset += len;
+        }
+        txn.execute(&insert).await?;
+    }
+    Ok(())
+}
+
+/// The first free byte of a conversation's arena.
+async fn next_offset(txn: &DatabaseTransaction, conversation: &str) -> Result<u64, DbErr> {
+    let stmt = Query::select()
+        .expr_as(
+            Expr::col(Receipts::ByteOffset)
+                .add(Expr::col(Receipts::ByteLen))
+                .max(),
+            Alias::new("arena_end"),
+        )
+        .from(Receipts::Table)
+        .and_where(Expr::col(Receipts::ConversationId).eq(conversation))
+        .to_owned();
+    let end: Option<i64> = match txn.query_one(&stmt).await? {
+        Some(row) => row.try_get("", "arena_end")?,
+        None => None,
+    };
+    Ok(end.map_or(FIRST_SLOT, |end| end as u64))
+}
+
+fn select() -> SelectStatement {
+    use Receipts as R;
+    Query::select()
+        .columns([
+            (R::Table, R::Seq),
+            (R::Table, R::SenderId),
+            (R::Table, R::MapBound),
+            (R::Table, R::ByteOffset),
+        ])
+        .from(R::Table)
+        .order_by((R::Table, R::Seq), Order::Asc)
+        .to_owned()
+}
+
+fn receipts_of(rows: Vec<QueryResult>) -> Result<Vec<Receipt>, StoreError> {
+    rows.iter()
+        .map(|r| {
+            Ok(Receipt {
+                seq: r.try_get("", "seq")?,
+                sender: r.try_get("", "sender_id")?,
+                bound: r.try_get::<i64>("", "map_bound")? as u32,
+                offset: r.try_get::<i64>("", "byte_offset")? as u64,
+            })
+        })
+        .collect::<Result<_, DbErr>>()
+        .map_err(Into::into)
+}
+
+pub(super) async fn of_seqs(
+    db: &DatabaseConnection,
+    conversation: &str,
+    seqs: &[i64],
+) -> Result<Vec<Receipt>, StoreError> {
+    let stmt = select()
+        .and_where(Expr::col(Receipts::ConversationId).eq(conversation))
+        .and_where(Expr::col(Receipts::Seq).is_in(seqs.iter().copied()))
+        .to_owned();
+    receipts_of(db.query_all(&stmt).await?)
+}
+
+pub(super) async fn between(
+    db: &DatabaseConnection,
+    conversation: &str,
+    after: i64,
+    upto: i64,
+) -> Result<Vec<Receipt>, StoreError> {
+    let stmt = select()
+        .and_where(Expr::col(Receipts::ConversationId).eq(conversation))
+        .and_where(Expr::col(Receipts::Seq).gt(after))
+        .and_where(Expr::col(Receipts::Seq).lte(upto))
+        .to_owned();
+    receipts_of(db.query_all(&stmt).await?)
+}
+
+pub(super) async fn unread_by(
+    db: &DatabaseConnection,
+    user: i64,
+    conversation: &str,
+    upto: i64,
+) -> Result<Vec<Receipt>, StoreError> {
+    let states = Alias::new("read_states");
+    let stmt = select()
+        .inner_join(
+            states.clone(),
+            Expr::col((states.clone(), Alias::new("conversation_id")))
+                .equals((Receipts::Table, Receipts::ConversationId)),
+        )
+        .and_where(Expr::col((states.clone(), Alias::new("user_id"))).eq(user))
+        .and_where(Expr::col((Receipts::Table, Receipts::ConversationId)).eq(conversation))
+        .and_where(
+            Expr::col((Receipts::Table, Receipts::Seq))
+                .gt(Expr::col((states, Alias::new("read_seq")))),
+        )
+        .and_where(Expr::col((Receipts::Table, Receipts::Seq)).lte(upto))
+        .to_owned();
+    receipts_of(db.query_all(&stmt).await?)
+}
+
+pub(super) struct CreateReceipts;
+
+impl MigrationName for CreateReceipts {
+    fn name(&self) -> &str {
+        "m20261202_000005_receipts"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CreateReceipts {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table(Receipts::Table)
+                    .if_not_exists()
+                    .col(string_len(Receipts::ConversationId, 64))
+                    .col(big_integer(Receipts::Seq))
+                    .col(big_integer(Receipts::SenderId))
+                    .col(big_integer(Receipts::MapBound))
+                    .col(big_integer(Receipts::ByteOffset))
+                    .col(big_integer(Receipts::ByteLen))
+                    .primary_key(
+                        Index::create()
+                            .col(Receipts::ConversationId)
+                            .col(Receipts::Seq),
+                    )
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_index(
+                Index::create()
+                    .name("ux_receipts_slot")
+                    .table(Receipts::Table)
+                    .col(Receipts::ConversationId)
+                    .col(Receipts::ByteOffset)
+                    .unique()
+                    .if_not_exists()
+                    .to_owned(),
+            )
+            .await
+    }
+}
