@@ -334,3 +334,86 @@ async fn an_at_all_flags_members_even_when_a_later_message_shares_its_batch() {
         );
     }
 }
+
+/// Message `seq` of group 9 from user 1 to users 1–3, asking for receipts over `bound`.
+fn asking(id: i64, seq: i64, bound: u32) -> StoredEvent {
+    let mut event = message(id, "g:9", seq, 1, &[1, 2, 3]);
+    if let Some(Mark {
+        change: Change::Message { receipt_bound, .. },
+        ..
+    }) = &mut event.mark
+    {
+        *receipt_bound = bound;
+    }
+    event
+}
+
+#[tokio::test]
+async fn receipt_messages_get_consecutive_slots_and_are_found_by_seq_range_and_reader() {
+    use crate::domain::{FIRST_SLOT, Receipt};
+    for (backend, store) in stores().await {
+        // Two in one append, one plain message, one later.
+        let first = [asking(1, 1, 10), asking(2, 2, 0), asking(3, 3, 17)];
+        store.append(&first).await.unwrap();
+        store.append(&[asking(4, 4, 8)]).await.unwrap();
+        let slot = |seq, bound, offset| Receipt {
+            seq,
+            sender: 1,
+            bound,
+            offset,
+        };
+        let all = vec![
+            slot(1, 10, FIRST_SLOT),
+            slot(3, 17, FIRST_SLOT + 2),
+            slot(4, 8, FIRST_SLOT + 5),
+        ];
+        let between = store.receipts_between("g:9", 0, i64::MAX).await.unwrap();
+        assert_eq!(between, all, "{backend:?}");
+        assert_eq!(
+            store.receipts_between("g:9", 1, 3).await.unwrap(),
+            vec![all[1]],
+            "{backend:?}: (1, 3]"
+        );
+        assert_eq!(
+            store.receipts("g:9", &[4, 2, 1]).await.unwrap(),
+            vec![all[0], all[2]],
+            "{backend:?}"
+        );
+        // User 2's read state opened at 0 with the first message; raise it past seq 1.
+        store.raise_read(2, &[("g:9".into(), 1)]).await.unwrap();
+        assert_eq!(
+            store.receipts_unread_by(2, "g:9", 3).await.unwrap(),
+            vec![all[1]],
+            "{backend:?}: past read seq 1, up to 3"
+        );
+        assert!(
+            store
+                .receipts_unread_by(7, "g:9", 4)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{backend:?}: no read state, nothing passed"
+        );
+        let mut readers = store.readers("g:9").await.unwrap();
+        readers.sort();
+        assert_eq!(readers, vec![(1, 4), (2, 1), (3, 0)], "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn racing_appends_for_the_same_slot_conflict_and_store_nothing() {
+    for (backend, store) in stores().await {
+        store.append(&[asking(1, 1, 8)]).await.unwrap();
+        let (two, three) = ([asking(2, 2, 8)], [asking(3, 3, 8)]);
+        let (a, b) = tokio::join!(store.append(&two), store.append(&three));
+        match (a, b) {
+            (Ok(()), Ok(())) => {}
+            (Err(StoreError::Conflict(_)), Ok(())) | (Ok(()), Err(StoreError::Conflict(_))) => {}
+            other => panic!("{backend:?}: {other:?}"),
+        }
+        let receipts = store.receipts_between("g:9", 0, i64::MAX).await.unwrap();
+        let mut offsets: Vec<u64> = receipts.iter().map(|r| r.offset).collect();
+        offsets.dedup();
+        assert_eq!(offsets.len(), receipts.len(), "{backend:?}: no shared slot");
+    }
+}

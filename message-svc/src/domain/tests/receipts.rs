@@ -66,7 +66,13 @@ async fn receipts_are_refused_for_direct_messages_read_fanout_and_groups_over_th
         .send(Sender::System, asking("sys", Target::Group(7)))
         .await;
     assert!(
-        matches!(system, Err(Error::Invalid { field: "receipt", .. })),
+        matches!(
+            system,
+            Err(Error::Invalid {
+                field: "receipt",
+                ..
+            })
+        ),
         "{system:?}"
     );
     for (key, group) in [("s", 70), ("big", 9)] {

@@ -9,44 +9,40 @@ use imesh_kit::identity::Actor;
 
 use crate::bits::memory::MemoryBits;
 
-const G: &str = "g:7";
-
-/// Message `seq` of group 7 from `sender` to users 1–5, asking for receipts with `bound`
-/// (0: not asking).
-fn asking(seq: i64, sender: i64, bound: u32) -> IncomingEvent {
-    IncomingEvent {
-        event_id: format!("m:{G}:{seq}"),
-        recipients: (1..=5).collect(),
-        payload: Bytes::from(format!("{G}#{seq}")),
-        read_fanout_group: None,
-        mark: Some(Mark {
-            conversation_id: G.into(),
-            seq,
-            change: Change::Message {
-                sender,
-                time_ms: seq,
-                mentioned: vec![],
-                mention_all: false,
-                receipt_bound: bound,
-            },
-        }),
-    }
-}
-
 struct Rig {
+    /// A group conversation of its own, so rigs sharing a Redis never meet.
+    conv: String,
     inboxes: Inboxes,
     members: Arc<Members>,
     db: sea_orm::DatabaseConnection,
 }
 
+/// Receipt bits in process, and in every test Redis.
+async fn all_bits() -> Vec<Arc<dyn ReceiptBits>> {
+    let mut out: Vec<Arc<dyn ReceiptBits>> = vec![Arc::new(MemoryBits::default())];
+    for (_, config) in testing::redis_servers() {
+        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
+            .await
+            .unwrap();
+        let ttl = std::time::Duration::from_secs(60);
+        out.push(Arc::new(crate::bits::redis::RedisBits::new(pool, ttl)));
+    }
+    out
+}
+
 async fn rig() -> Rig {
+    rig_on(Arc::new(MemoryBits::default())).await
+}
+
+async fn rig_on(bits: Arc<dyn ReceiptBits>) -> Rig {
     let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
     let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
         .await
         .unwrap();
     let members = Arc::new(Members::default());
-    let (inboxes, _) = build(db.clone(), members.clone(), Arc::new(MemoryBits::default()));
+    let (inboxes, _) = build(db.clone(), members.clone(), bits);
     Rig {
+        conv: format!("g:{}", testing::random_id()),
         inboxes,
         members,
         db,
@@ -54,9 +50,31 @@ async fn rig() -> Rig {
 }
 
 impl Rig {
+    /// Message `seq` of group 7 from `sender` to users 1–5, asking for receipts with `bound`
+    /// (0: not asking).
+    fn asking(&self, seq: i64, sender: i64, bound: u32) -> IncomingEvent {
+        IncomingEvent {
+            event_id: format!("m:{}:{seq}", self.conv),
+            recipients: (1..=5).collect(),
+            payload: Bytes::from(format!("{}#{seq}", self.conv)),
+            read_fanout_group: None,
+            mark: Some(Mark {
+                conversation_id: self.conv.clone(),
+                seq,
+                change: Change::Message {
+                    sender,
+                    time_ms: seq,
+                    mentioned: vec![],
+                    mention_all: false,
+                    receipt_bound: bound,
+                },
+            }),
+        }
+    }
+
     async fn read(&self, user: i64, seq: i64) {
         let marks = vec![ReadMark {
-            conversation_id: G.into(),
+            conversation_id: self.conv.clone(),
             read_seq: seq,
         }];
         self.inboxes.mark_read(user, marks).await.unwrap();
@@ -65,7 +83,7 @@ impl Rig {
     async fn counts(&self, seqs: &[i64]) -> Vec<(i64, u32, u32)> {
         let counts = self
             .inboxes
-            .receipt_counts(Actor::User(1), G, seqs)
+            .receipt_counts(Actor::User(1), &self.conv, seqs)
             .await
             .unwrap();
         counts.iter().map(|c| (c.seq, c.read, c.total)).collect()
@@ -74,7 +92,7 @@ impl Rig {
     async fn readers(&self, asker: i64, seq: i64, unread: bool) -> Result<Vec<i64>, Error> {
         let page = self
             .inboxes
-            .receipt_readers(Actor::User(asker), G, seq, unread, 0, 0);
+            .receipt_readers(Actor::User(asker), &self.conv, seq, unread, 0, 0);
         Ok(page.await?.0)
     }
 
@@ -108,7 +126,7 @@ impl Rig {
 #[tokio::test]
 async fn counts_are_exact_as_members_join_quit_and_are_kicked_around_the_message() {
     let rig = rig().await;
-    rig.inboxes.append(vec![asking(1, 1, 5)]).await.unwrap();
+    rig.inboxes.append(vec![rig.asking(1, 1, 5)]).await.unwrap();
     assert_eq!(
         rig.counts(&[1]).await,
         vec![(1, 0, 4)],
@@ -145,11 +163,11 @@ async fn a_watermark_marks_exactly_the_receipt_messages_it_passes_once_in_any_or
     let rig = rig().await;
     // Messages 1 and 3 ask for nothing (bound 0).
     let events = vec![
-        asking(1, 1, 0),
-        asking(2, 1, 5),
-        asking(3, 1, 0),
-        asking(4, 1, 5),
-        asking(5, 1, 5),
+        rig.asking(1, 1, 0),
+        rig.asking(2, 1, 5),
+        rig.asking(3, 1, 0),
+        rig.asking(4, 1, 5),
+        rig.asking(5, 1, 5),
     ];
     rig.inboxes.append(events).await.unwrap();
     rig.read(3, 3).await;
@@ -159,7 +177,7 @@ async fn a_watermark_marks_exactly_the_receipt_messages_it_passes_once_in_any_or
         "only receipt messages are counted, and only those at or below the watermark"
     );
     // Sending raises the sender's watermark: a reply reads what it follows.
-    rig.inboxes.append(vec![asking(6, 4, 0)]).await.unwrap();
+    rig.inboxes.append(vec![rig.asking(6, 4, 0)]).await.unwrap();
     assert_eq!(
         rig.counts(&[2, 4, 5]).await,
         vec![(2, 2, 4), (4, 1, 4), (5, 1, 4)]
@@ -178,7 +196,7 @@ async fn a_watermark_marks_exactly_the_receipt_messages_it_passes_once_in_any_or
 async fn senders_hear_one_coalesced_count_per_message_per_window() {
     let rig = rig().await;
     rig.inboxes
-        .append(vec![asking(1, 1, 5), asking(2, 2, 5)])
+        .append(vec![rig.asking(1, 1, 5), rig.asking(2, 2, 5)])
         .await
         .unwrap();
     for user in [2, 3, 4] {
@@ -210,7 +228,7 @@ async fn senders_hear_one_coalesced_count_per_message_per_window() {
 #[tokio::test]
 async fn only_the_sender_and_admins_see_who_read_and_bad_asks_are_refused_by_field() {
     let rig = rig().await;
-    rig.inboxes.append(vec![asking(1, 2, 5)]).await.unwrap();
+    rig.inboxes.append(vec![rig.asking(1, 2, 5)]).await.unwrap();
     rig.read(4, 1).await;
     assert_eq!(
         rig.readers(2, 1, false).await.unwrap(),
@@ -234,7 +252,10 @@ async fn only_the_sender_and_admins_see_who_read_and_bad_asks_are_refused_by_fie
         rig.readers(2, 7, false).await,
         Err(Error::NoReceipt(7))
     ));
-    let stranger = rig.inboxes.receipt_counts(Actor::User(9), G, &[1]).await;
+    let stranger = rig
+        .inboxes
+        .receipt_counts(Actor::User(9), &rig.conv, &[1])
+        .await;
     assert!(matches!(stranger, Err(Error::NoConversation)));
     let direct = rig
         .inboxes
@@ -247,7 +268,10 @@ async fn only_the_sender_and_admins_see_who_read_and_bad_asks_are_refused_by_fie
             ..
         })
     ));
-    let none = rig.inboxes.receipt_counts(Actor::User(1), G, &[]).await;
+    let none = rig
+        .inboxes
+        .receipt_counts(Actor::User(1), &rig.conv, &[])
+        .await;
     assert!(matches!(none, Err(Error::Invalid { field: "seqs", .. })));
 
     // Pages of one, by join order.
@@ -256,7 +280,7 @@ async fn only_the_sender_and_admins_see_who_read_and_bad_asks_are_refused_by_fie
     loop {
         let (page, next) = rig
             .inboxes
-            .receipt_readers(Actor::User(2), G, 1, true, cursor, 1)
+            .receipt_readers(Actor::User(2), &rig.conv, 1, true, cursor, 1)
             .await
             .unwrap();
         unread.extend(page);
@@ -272,7 +296,11 @@ async fn only_the_sender_and_admins_see_who_read_and_bad_asks_are_refused_by_fie
 async fn lost_bitmaps_are_rebuilt_from_the_watermarks() {
     let rig = rig().await;
     rig.inboxes
-        .append(vec![asking(1, 1, 5), asking(2, 1, 5), asking(3, 2, 5)])
+        .append(vec![
+            rig.asking(1, 1, 5),
+            rig.asking(2, 1, 5),
+            rig.asking(3, 2, 5),
+        ])
         .await
         .unwrap();
     rig.read(2, 2).await;
@@ -292,16 +320,37 @@ async fn lost_bitmaps_are_rebuilt_from_the_watermarks() {
         .mark_read(
             4,
             vec![ReadMark {
-                conversation_id: G.into(),
+                conversation_id: rig.conv.clone(),
                 read_seq: 3,
             }],
         )
         .await
         .unwrap();
     let counts = fresh
-        .receipt_counts(Actor::User(1), G, &[1, 2, 3])
+        .receipt_counts(Actor::User(1), &rig.conv, &[1, 2, 3])
         .await
         .unwrap();
     let counts: Vec<_> = counts.iter().map(|c| (c.seq, c.read, c.total)).collect();
     assert_eq!(counts, vec![(1, 4, 4), (2, 3, 4), (3, 2, 4)]);
+}
+
+#[tokio::test]
+async fn concurrent_readers_each_count_once_on_every_bits_adapter() {
+    for bits in all_bits().await {
+        let rig = rig_on(bits).await;
+        rig.members.0.lock().extend((6..=40).map(|user| MapMember {
+            user,
+            map_id: user as u32 - 1,
+            manages: false,
+        }));
+        rig.inboxes
+            .append(vec![rig.asking(1, 1, 40)])
+            .await
+            .unwrap();
+        let readers = (2..=40).map(|user| rig.read(user, 1));
+        futures::future::join_all(readers).await;
+        assert_eq!(rig.counts(&[1]).await, vec![(1, 39, 39)]);
+        assert_eq!(rig.inboxes.flush_receipts().await.unwrap(), 1);
+        assert_eq!(rig.count_events(1).await, vec![(1, 39, 39)]);
+    }
 }
