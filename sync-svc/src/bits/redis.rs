@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fred::prelude::*;
+use fred::{prelude::*, types::ExpireOptions};
 use imesh_kit::error::StoreError;
 
 use super::{BUILT, ReceiptBits};
@@ -45,12 +45,16 @@ impl ReceiptBits for RedisBits {
         for n in bits {
             args.extend(["SET".into(), "u1".into(), (*n as i64).into(), 1.into()]);
         }
-        let before: Vec<i64> = self
-            .pool
-            .next()
-            .custom(fred::cmd!("BITFIELD"), args)
-            .await?;
-        Ok(before.into_iter().map(|bit| bit == 0).collect())
+        // An arena a read creates (before any rebuild) expires too.
+        let key = keys::receipt_bits(conversation_id);
+        let client = self.pool.next();
+        let ttl = self.ttl.as_millis() as i64;
+        let (before, expire) = tokio::join!(
+            client.custom::<Vec<i64>, _>(fred::cmd!("BITFIELD"), args),
+            client.pexpire::<i64, _>(&key, ttl, Some(ExpireOptions::NX)),
+        );
+        expire?;
+        Ok(before?.into_iter().map(|bit| bit == 0).collect())
     }
 
     async fn read(

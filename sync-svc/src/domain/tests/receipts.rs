@@ -354,3 +354,39 @@ async fn concurrent_readers_each_count_once_on_every_bits_adapter() {
         assert_eq!(rig.count_events(1).await, vec![(1, 39, 39)]);
     }
 }
+
+#[tokio::test]
+async fn a_flushed_redis_arena_is_rebuilt_from_the_watermarks() {
+    for (_, config) in testing::redis_servers() {
+        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
+            .await
+            .unwrap();
+        let ttl = std::time::Duration::from_secs(60);
+        let rig = rig_on(Arc::new(crate::bits::redis::RedisBits::new(
+            pool.clone(),
+            ttl,
+        )))
+        .await;
+        rig.inboxes
+            .append(vec![rig.asking(1, 1, 5), rig.asking(2, 2, 5)])
+            .await
+            .unwrap();
+        for (user, seq) in [(3, 2), (4, 1), (5, 2)] {
+            rig.read(user, seq).await;
+        }
+        let before = rig.counts(&[1, 2]).await;
+        assert_eq!(
+            before,
+            vec![(1, 4, 4), (2, 2, 4)],
+            "user 2 replied after message 1"
+        );
+        use fred::prelude::KeysInterface as _;
+        let _: i64 = pool
+            .del(crate::keys::receipt_bits(&rig.conv))
+            .await
+            .unwrap();
+        // A read lands on the empty arena first; the rebuild keeps it and restores the rest.
+        rig.read(4, 2).await;
+        assert_eq!(rig.counts(&[1, 2]).await, vec![(1, 4, 4), (2, 3, 4)]);
+    }
+}
