@@ -188,14 +188,20 @@ impl Inboxes {
                 *seq = (*seq).max(mark.seq);
             }
         }
-        let lookups = latest.into_iter().map(|((sender, id), seq)| async move {
-            let passed = self.store.receipts_unread_by(sender, id, seq).await?;
-            Ok::<_, Error>((sender, id.to_owned(), passed))
-        });
-        let found = futures::future::try_join_all(lookups).await?;
-        Ok(found
+        if latest.is_empty() {
+            return Ok(Vec::new());
+        }
+        let asks: Vec<(i64, &str, i64)> = latest
             .into_iter()
-            .filter(|(_, _, r)| !r.is_empty())
+            .map(|((sender, id), seq)| (sender, id, seq))
+            .collect();
+        let mut passed: HashMap<(i64, String), Vec<Receipt>> = HashMap::new();
+        for (sender, id, receipt) in self.store.receipts_unread_by(&asks).await? {
+            passed.entry((sender, id)).or_default().push(receipt);
+        }
+        Ok(passed
+            .into_iter()
+            .map(|((sender, id), receipts)| (sender, id, receipts))
             .collect())
     }
 

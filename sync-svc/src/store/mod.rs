@@ -82,13 +82,12 @@ pub trait InboxStore: Send + Sync + 'static {
         after: i64,
         upto: i64,
     ) -> Result<Vec<Receipt>, StoreError>;
-    /// The receipt messages past `user`'s read seq, up to `upto`; none without a read state.
+    /// For each `(user, conversation, upto)`: the receipt messages past the user's read seq
+    /// up to `upto` (none without a read state), as `(user, conversation, receipt)` by seq.
     async fn receipts_unread_by(
         &self,
-        user: i64,
-        conversation: &str,
-        upto: i64,
-    ) -> Result<Vec<Receipt>, StoreError>;
+        asks: &[(i64, &str, i64)],
+    ) -> Result<Vec<(i64, String, Receipt)>, StoreError>;
     /// `(user, read_seq)` of everyone with a read state in the conversation.
     async fn readers(&self, conversation: &str) -> Result<Vec<(i64, i64)>, StoreError>;
 }

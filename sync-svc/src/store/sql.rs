@@ -243,11 +243,9 @@ impl InboxStore for SqlInboxStore {
 
     async fn receipts_unread_by(
         &self,
-        user: i64,
-        conversation: &str,
-        upto: i64,
-    ) -> Result<Vec<Receipt>, StoreError> {
-        receipts::unread_by(&self.db, user, conversation, upto).await
+        asks: &[(i64, &str, i64)],
+    ) -> Result<Vec<(i64, String, Receipt)>, StoreError> {
+        receipts::unread_by(&self.db, asks).await
     }
 
     async fn readers(&self, conversation: &str) -> Result<Vec<(i64, i64)>, StoreError> {

@@ -382,13 +382,16 @@ async fn receipt_messages_get_consecutive_slots_and_are_found_by_seq_range_and_r
         // User 2's read state opened at 0 with the first message; raise it past seq 1.
         store.raise_read(2, &[("g:9".into(), 1)]).await.unwrap();
         assert_eq!(
-            store.receipts_unread_by(2, "g:9", 3).await.unwrap(),
-            vec![all[1]],
+            store
+                .receipts_unread_by(&[(2, "g:9", 3), (3, "g:9", 1)])
+                .await
+                .unwrap(),
+            vec![(3, "g:9".to_owned(), all[0]), (2, "g:9".to_owned(), all[1])],
             "{backend:?}: past read seq 1, up to 3"
         );
         assert!(
             store
-                .receipts_unread_by(7, "g:9", 4)
+                .receipts_unread_by(&[(7, "g:9", 4)])
                 .await
                 .unwrap()
                 .is_empty(),

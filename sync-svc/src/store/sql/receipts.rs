@@ -106,7 +106,7 @@ fn select() -> SelectStatement {
         .to_owned()
 }
 
-fn receipts_of(rows: Vec<QueryResult>) -> Result<Vec<Receipt>, StoreError> {
+fn receipts_of(rows: &[QueryResult]) -> Result<Vec<Receipt>, StoreError> {
     rows.iter()
         .map(|r| {
             Ok(Receipt {
@@ -129,7 +129,7 @@ pub(super) async fn of_seqs(
         .and_where(Expr::col(Receipts::ConversationId).eq(conversation))
         .and_where(Expr::col(Receipts::Seq).is_in(seqs.iter().copied()))
         .to_owned();
-    receipts_of(db.query_all(&stmt).await?)
+    receipts_of(&db.query_all(&stmt).await?)
 }
 
 pub(super) async fn between(
@@ -143,31 +143,45 @@ pub(super) async fn between(
         .and_where(Expr::col(Receipts::Seq).gt(after))
         .and_where(Expr::col(Receipts::Seq).lte(upto))
         .to_owned();
-    receipts_of(db.query_all(&stmt).await?)
+    receipts_of(&db.query_all(&stmt).await?)
 }
 
 pub(super) async fn unread_by(
     db: &DatabaseConnection,
-    user: i64,
-    conversation: &str,
-    upto: i64,
-) -> Result<Vec<Receipt>, StoreError> {
-    let states = Alias::new("read_states");
-    let stmt = select()
-        .inner_join(
-            states.clone(),
-            Expr::col((states.clone(), Alias::new("conversation_id")))
-                .equals((Receipts::Table, Receipts::ConversationId)),
-        )
-        .and_where(Expr::col((states.clone(), Alias::new("user_id"))).eq(user))
-        .and_where(Expr::col((Receipts::Table, Receipts::ConversationId)).eq(conversation))
-        .and_where(
-            Expr::col((Receipts::Table, Receipts::Seq))
-                .gt(Expr::col((states, Alias::new("read_seq")))),
-        )
-        .and_where(Expr::col((Receipts::Table, Receipts::Seq)).lte(upto))
-        .to_owned();
-    receipts_of(db.query_all(&stmt).await?)
+    asks: &[(i64, &str, i64)],
+) -> Result<Vec<(i64, String, Receipt)>, StoreError> {
+    let states = || Alias::new("read_states");
+    let column = |name: &str| Expr::col((states(), Alias::new(name)));
+    let mut found = Vec::new();
+    for chunk in asks.chunks(100) {
+        let mut any = Cond::any();
+        for (user, conversation, upto) in chunk {
+            any = any.add(
+                Cond::all()
+                    .add(column("user_id").eq(*user))
+                    .add(Expr::col((Receipts::Table, Receipts::ConversationId)).eq(*conversation))
+                    .add(Expr::col((Receipts::Table, Receipts::Seq)).lte(*upto)),
+            );
+        }
+        let stmt = select()
+            .column((states(), Alias::new("user_id")))
+            .column((Receipts::Table, Receipts::ConversationId))
+            .inner_join(
+                states(),
+                column("conversation_id").equals((Receipts::Table, Receipts::ConversationId)),
+            )
+            .and_where(Expr::col((Receipts::Table, Receipts::Seq)).gt(column("read_seq")))
+            .cond_where(any)
+            .to_owned();
+        let rows = db.query_all(&stmt).await?;
+        let receipts = receipts_of(&rows)?;
+        for (row, receipt) in rows.iter().zip(receipts) {
+            let user: i64 = row.try_get("", "user_id")?;
+            let conversation: String = row.try_get("", "conversation_id")?;
+            found.push((user, conversation, receipt));
+        }
+    }
+    Ok(found)
 }
 
 pub(super) struct CreateReceipts;
