@@ -47,6 +47,7 @@ async fn group(store: &dyn GroupStore, id: i64, kind: GroupType, members: i64) {
         role: Role::Owner,
         map_id: 0,
         alias: String::new(),
+        nickname: String::new(),
         mute_until_ms: 0,
         join_seq: 0,
         leave_seq: 0,

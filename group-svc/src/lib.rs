@@ -37,7 +37,10 @@ use tokio::net::TcpListener;
 
 use crate::{
     cache::{GroupCache, memory::MemoryGroupCache, redis::RedisGroupCache},
-    domain::{Gate, Groups, groups::SeqSource},
+    domain::{
+        Gate, Groups,
+        groups::{Nicknames, SeqSource},
+    },
 };
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -51,6 +54,8 @@ pub struct Config {
     pub cache_ttl_secs: u64,
     /// message-svc's gRPC address (join_seq of new members).
     pub message_addr: String,
+    /// relation-svc's gRPC address (joiners' nicknames).
+    pub relation_addr: String,
     /// sync-svc's gRPC address: group events go to members' inboxes.
     pub sync_addr: String,
     /// Lifetime of a cached send decision's inputs (seed 000: 1–3 s).
@@ -67,6 +72,7 @@ impl Default for Config {
             redis: RedisConfig::default(),
             cache_ttl_secs: 300,
             message_addr: "127.0.0.1:50053".into(),
+            relation_addr: "127.0.0.1:50051".into(),
             sync_addr: "127.0.0.1:50054".into(),
             gate_ttl_ms: 2_000,
             gate_max_groups: 100_000,
@@ -81,7 +87,7 @@ pub fn wire(
     auth: &AuthConfig,
     node_id: u16,
     db: sea_orm::DatabaseConnection,
-    seqs: Arc<dyn SeqSource>,
+    (seqs, names): (Arc<dyn SeqSource>, Arc<dyn Nicknames>),
     shared: Arc<dyn GroupCache>,
 ) -> anyhow::Result<(api::GroupApi, Relay)> {
     let ids = Arc::new(Snowflake::new(node_id));
@@ -107,7 +113,7 @@ pub fn wire(
         Duration::from_millis(config.gate_ttl_ms),
         config.gate_max_groups,
     ));
-    let groups = Arc::new(Groups::new(store, ids, seqs, gate.clone()));
+    let groups = Arc::new(Groups::new(store, ids, seqs, names, gate.clone()));
     Ok((api::GroupApi::new(groups, gate), relay))
 }
 
@@ -146,10 +152,14 @@ impl Service {
         let caller = Caller::new(&auth.internal_secret)?;
         let seqs = Arc::new(peers::MessageSeqs::new(
             grpc::channel(&config.message_addr)?,
+            caller.clone(),
+        ));
+        let names = Arc::new(peers::RelationNames::new(
+            grpc::channel(&config.relation_addr)?,
             caller,
         ));
         let (shared, redis_url) = shared_cache(&config).await?;
-        let (api, relay) = wire(&config, auth, node_id, db.clone(), seqs, shared)?;
+        let (api, relay) = wire(&config, auth, node_id, db.clone(), (seqs, names), shared)?;
         let invalidations = match redis_url {
             Some(url) => {
                 let gate = api.gate();

@@ -1,10 +1,16 @@
-//! Clients of the services group-svc asks: message-svc for a conversation's current seq.
+//! Clients of the services group-svc asks: message-svc for a conversation's current seq,
+//! relation-svc for joiners' nicknames.
+
+use std::collections::HashMap;
 
 use imesh_kit::identity::{Actor, Caller};
-use imesh_protos::message::{ConversationSeqRequest, message_service_client::MessageServiceClient};
+use imesh_protos::{
+    message::{ConversationSeqRequest, message_service_client::MessageServiceClient},
+    relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
+};
 use tonic::transport::Channel;
 
-use crate::domain::groups::SeqSource;
+use crate::domain::groups::{Nicknames, SeqSource};
 
 pub struct MessageSeqs {
     client: MessageServiceClient<Channel>,
@@ -36,5 +42,40 @@ impl SeqSource for MessageSeqs {
             .await?
             .into_inner()
             .seq)
+    }
+}
+
+/// [`Nicknames`] from relation-svc's `GetUsers`.
+pub struct RelationNames {
+    client: RelationServiceClient<Channel>,
+    caller: Caller,
+}
+
+impl RelationNames {
+    pub fn new(channel: Channel, caller: Caller) -> Self {
+        Self {
+            client: RelationServiceClient::new(channel),
+            caller,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Nicknames for RelationNames {
+    async fn nicknames(&self, users: &[i64]) -> anyhow::Result<HashMap<i64, String>> {
+        let request = GetUsersRequest {
+            user_ids: users.to_vec(),
+        };
+        let reply = self
+            .client
+            .clone()
+            .get_users(self.caller.request(Actor::System, request))
+            .await?;
+        Ok(reply
+            .into_inner()
+            .users
+            .into_iter()
+            .map(|u| (u.user_id, u.nickname))
+            .collect())
     }
 }

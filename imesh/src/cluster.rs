@@ -143,6 +143,7 @@ impl Cluster {
                 database: spec.relation_db.clone(),
                 redis: spec.redis.clone(),
                 sync_addr: addrs.sync.to_string(),
+                group_addr: addrs.group.to_string(),
                 ..Default::default()
             },
             auth,
@@ -155,6 +156,7 @@ impl Cluster {
                 database: spec.group_db.clone(),
                 redis: spec.redis.clone(),
                 message_addr: addrs.message.to_string(),
+                relation_addr: addrs.relation.to_string(),
                 sync_addr: addrs.sync.to_string(),
                 ..Default::default()
             },

@@ -23,8 +23,12 @@ async fn checker(shared: Arc<dyn EdgeCache>, local_ttl: Duration) -> Checker {
     let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
         .await
         .unwrap();
-    let users = Arc::new(sql::SqlUserStore::new(db.clone()));
     let ids = Arc::new(Snowflake::new(1));
+    let users = Arc::new(sql::SqlUserStore::new(
+        db.clone(),
+        ids.clone(),
+        Default::default(),
+    ));
     let friends = Arc::new(sql::SqlFriendStore::new(
         db,
         ids,

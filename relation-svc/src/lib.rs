@@ -16,6 +16,7 @@ pub mod api;
 pub mod cache;
 pub mod domain;
 pub mod events;
+pub mod renames;
 pub mod store;
 
 use std::{sync::Arc, time::Duration};
@@ -47,6 +48,8 @@ pub struct Config {
     pub redis: RedisConfig,
     /// sync-svc's gRPC address: relation events go to users' inboxes.
     pub sync_addr: String,
+    /// group-svc's gRPC address: nickname changes reach members' copies.
+    pub group_addr: String,
     /// Lifetime of the tokens Login issues.
     pub token_ttl_secs: u64,
     /// How long a friend request stays answerable.
@@ -67,6 +70,7 @@ impl Default for Config {
             database: SqlConfig::default(),
             redis: RedisConfig::default(),
             sync_addr: "127.0.0.1:50054".into(),
+            group_addr: "127.0.0.1:50052".into(),
             token_ttl_secs: 7 * 24 * 3600,
             request_ttl_days: 30,
             cache_ttl_secs: 600,
@@ -77,22 +81,34 @@ impl Default for Config {
     }
 }
 
-/// The handlers over `db` and the `shared` relation cache, and the relay of their events.
+/// The handlers over `db` and the `shared` relation cache, and the relays of their events
+/// (relation events to sync-svc, nickname changes to group-svc).
 pub fn wire(
     config: &Config,
     auth: &AuthConfig,
     node_id: u16,
     db: sea_orm::DatabaseConnection,
     shared: Arc<dyn EdgeCache>,
-) -> anyhow::Result<(api::RelationApi, Relay)> {
+) -> anyhow::Result<(api::RelationApi, [Relay; 2])> {
     let ids = Arc::new(Snowflake::new(node_id));
     let caller = Caller::new(&auth.internal_secret)?;
     let relay = Relay::new(
         SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
-        Arc::new(SyncSink::new(grpc::channel(&config.sync_addr)?, caller)),
+        Arc::new(SyncSink::new(
+            grpc::channel(&config.sync_addr)?,
+            caller.clone(),
+        )),
         config.outbox_batch,
     );
-    let users = Arc::new(SqlUserStore::new(db.clone()));
+    let renames = Relay::new(
+        SqlOutbox::new(db.clone(), renames::OUTBOX_TABLE),
+        Arc::new(renames::GroupRenameSink::new(
+            grpc::channel(&config.group_addr)?,
+            caller,
+        )),
+        config.outbox_batch,
+    );
+    let users = Arc::new(SqlUserStore::new(db.clone(), ids.clone(), renames.waker()));
     let friend_store = Arc::new(SqlFriendStore::new(
         db,
         ids.clone(),
@@ -118,7 +134,10 @@ pub fn wire(
         checker.clone(),
         request_ttl_ms,
     ));
-    Ok((api::RelationApi::new(accounts, friends, checker), relay))
+    Ok((
+        api::RelationApi::new(accounts, friends, checker),
+        [relay, renames],
+    ))
 }
 
 /// relation-svc, built and ready to serve.
@@ -126,7 +145,8 @@ pub struct Service {
     config: Config,
     auth: AuthConfig,
     api: api::RelationApi,
-    relay: Relay,
+    /// Relation events to sync-svc, nickname changes to group-svc.
+    relays: [Relay; 2],
     db: sea_orm::DatabaseConnection,
 }
 
@@ -143,24 +163,25 @@ impl Service {
             )),
             None => Arc::new(MemoryEdgeCache::new(cache_ttl)),
         };
-        let (api, relay) = wire(&config, auth, node_id, db.clone(), shared)?;
+        let (api, relays) = wire(&config, auth, node_id, db.clone(), shared)?;
         Ok(Self {
             api,
             config,
             auth: auth.clone(),
-            relay,
+            relays,
             db,
         })
     }
 
-    /// Serves gRPC and runs the outbox relay until `shutdown`; the relay stops after the
-    /// last in-flight request has drained.
+    /// Serves gRPC and runs the outbox relays until `shutdown`; they stop after the last
+    /// in-flight request has drained.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
-        let relay = self.relay.spawn();
+        let [events, renames] = self.relays;
+        let (events, renames) = (events.spawn(), renames.spawn());
         let served = grpc::Server::new(&self.config.grpc)
             .add_service(RelationServiceServer::with_interceptor(
                 self.api,
@@ -169,7 +190,8 @@ impl Service {
             .readiness(imesh_kit::sql::readiness(&self.db))
             .serve(listener, shutdown)
             .await;
-        relay.stop().await?;
+        events.stop().await?;
+        renames.stop().await?;
         self.db.close().await?;
         served
     }

@@ -83,6 +83,7 @@ pub fn member_to_proto(m: &Member) -> pb::Member {
         map_id: m.map_id,
         joined_at_ms: m.joined_at_ms,
         alias: m.alias.clone(),
+        nickname: m.nickname.clone(),
         mute_until_ms: m.mute_until_ms,
         join_seq: m.join_seq,
         status: status as i32,
@@ -125,6 +126,10 @@ pub fn status(err: Error) -> Status {
         Error::Seq(ref e) => {
             tracing::warn!(error = %format!("{e:#}"), "message-svc unavailable for join_seq");
             Status::unavailable("message-svc is unavailable; retry later")
+        }
+        Error::Names(ref e) => {
+            tracing::warn!(error = %format!("{e:#}"), "relation-svc unavailable for nicknames");
+            Status::unavailable("relation-svc is unavailable; retry later")
         }
         Error::Store(StoreError::Unavailable(ref e)) => error::unavailable(e.as_ref()),
         Error::Store(ref e) => error::internal(e),

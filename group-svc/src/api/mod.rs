@@ -433,6 +433,21 @@ impl GroupService for GroupApi {
         ok(member_to_proto(&member))
     }
 
+    async fn rename_members(
+        &self,
+        request: Request<pb::RenameMembersRequest>,
+    ) -> Reply<pb::RenameMembersResponse> {
+        let pb::RenameMembersRequest { names } = system_call(request)?;
+        let names = names
+            .into_iter()
+            .map(|n| (n.user_id, n.nickname, n.version))
+            .collect();
+        let renamed = self.groups.rename(names).await.map_err(status)?;
+        ok(pb::RenameMembersResponse {
+            renamed: renamed as u32,
+        })
+    }
+
     async fn import_members(
         &self,
         request: Request<pb::ImportMembersRequest>,

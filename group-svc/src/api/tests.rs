@@ -10,14 +10,28 @@ use imesh_kit::{
 use tonic::Code;
 
 use super::*;
-use crate::{Config, domain::groups::SeqSource};
+use crate::{
+    Config,
+    domain::groups::{Nicknames, SeqSource},
+};
 
+/// Seq 11 for every conversation; user `n` is nicknamed "User n".
 struct FixedSeq;
 
 #[async_trait::async_trait]
 impl SeqSource for FixedSeq {
     async fn current_seq(&self, _: &str) -> anyhow::Result<i64> {
         Ok(11)
+    }
+}
+
+#[async_trait::async_trait]
+impl Nicknames for FixedSeq {
+    async fn nicknames(
+        &self,
+        users: &[i64],
+    ) -> anyhow::Result<std::collections::HashMap<i64, String>> {
+        Ok(users.iter().map(|u| (*u, format!("User {u}"))).collect())
     }
 }
 
@@ -33,7 +47,8 @@ async fn api() -> GroupApi {
     let shared = Arc::new(crate::cache::memory::MemoryGroupCache::new(
         std::time::Duration::from_secs(60),
     ));
-    crate::wire(&Config::default(), &auth, 4, db, Arc::new(FixedSeq), shared)
+    let peers = (Arc::new(FixedSeq) as _, Arc::new(FixedSeq) as _);
+    crate::wire(&Config::default(), &auth, 4, db, peers, shared)
         .unwrap()
         .0
 }
@@ -526,6 +541,83 @@ async fn member_maps_list_current_members_by_map_id_and_rejoins_get_a_new_map_id
     let as_user = user(1, pb::MemberMapRequest { group_id: g });
     assert_eq!(
         api.member_map(as_user).await.unwrap_err().code(),
+        Code::PermissionDenied,
+        "internal callers only"
+    );
+}
+
+#[tokio::test]
+async fn members_are_found_by_nickname_and_renames_apply_in_version_order() {
+    let api = api().await;
+    let g = team(&api).await;
+    let search = async |query: &str| {
+        let request = pb::SearchMembersRequest {
+            group_id: g,
+            query: query.into(),
+            limit: 0,
+        };
+        let found = api.search_members(user(2, request)).await.unwrap();
+        let members = found.into_inner().members;
+        members
+            .iter()
+            .map(|m| (m.user_id, m.nickname.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        search("User 3").await,
+        vec![(3, "User 3".into())],
+        "set at join"
+    );
+    let invite = pb::InviteMembersRequest {
+        group_id: g,
+        user_ids: vec![5],
+    };
+    api.invite_members(user(1, invite)).await.unwrap();
+    assert_eq!(search("User 5").await, vec![(5, "User 5".into())]);
+
+    let rename = |user_id, nickname: &str, version| pb::RenameMembersRequest {
+        names: vec![pb::MemberName {
+            user_id,
+            nickname: nickname.into(),
+            version,
+        }],
+    };
+    let renamed = api
+        .rename_members(call(Actor::System, rename(3, "Carol", 10)))
+        .await
+        .unwrap();
+    assert_eq!(renamed.into_inner().renamed, 1);
+    let stale = api
+        .rename_members(call(Actor::System, rename(3, "Old", 4)))
+        .await
+        .unwrap();
+    assert_eq!(
+        stale.into_inner().renamed,
+        0,
+        "an older rename arriving late"
+    );
+    assert_eq!(search("Carol").await, vec![(3, "Carol".into())]);
+    assert!(search("User 3").await.is_empty());
+
+    for (bad, field) in [
+        (rename(0, "X", 1), "names.user_id"),
+        (rename(3, "X", 0), "names.version"),
+        (rename(3, &"x".repeat(65), 11), "names.nickname"),
+        (pb::RenameMembersRequest { names: vec![] }, "names"),
+    ] {
+        let err = api
+            .rename_members(call(Actor::System, bad))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().starts_with(field), "{}", err.message());
+    }
+    let as_user = api
+        .rename_members(user(3, rename(3, "Me", 99)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        as_user.code(),
         Code::PermissionDenied,
         "internal callers only"
     );

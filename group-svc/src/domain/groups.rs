@@ -1,7 +1,7 @@
 //! The group operations: parse, then plan with [`super::rules`] under the store's lock on
 //! the group, then forget the group's cached send decisions.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use imesh_kit::{error::StoreError, ids::Snowflake};
 
@@ -17,6 +17,20 @@ use crate::store::GroupStore;
 pub trait SeqSource: Send + Sync + 'static {
     async fn current_seq(&self, conversation_id: &str) -> anyhow::Result<i64>;
 }
+
+/// Users' nicknames as relation-svc has them now; group-svc keeps a copy on each
+/// membership for search, set at join and moved by [`Groups::rename`].
+#[async_trait::async_trait]
+pub trait Nicknames: Send + Sync + 'static {
+    /// The nickname of each of `users` that exists.
+    async fn nicknames(&self, users: &[i64]) -> anyhow::Result<HashMap<i64, String>>;
+}
+
+/// The version an imported membership's first nickname is given; every rename is later.
+const FIRST_NAME_VERSION: i64 = 1;
+
+/// Longest nickname a rename may carry (relation-svc allows 64 characters).
+const MAX_NICKNAME: usize = 64;
 
 /// Most users one call may name.
 pub const MAX_USERS_PER_CALL: usize = 500;
@@ -39,6 +53,7 @@ pub struct Groups {
     store: Arc<dyn GroupStore>,
     ids: Arc<Snowflake>,
     seqs: Arc<dyn SeqSource>,
+    names: Arc<dyn Nicknames>,
     gate: Arc<Gate>,
 }
 
@@ -50,12 +65,14 @@ impl Groups {
         store: Arc<dyn GroupStore>,
         ids: Arc<Snowflake>,
         seqs: Arc<dyn SeqSource>,
+        names: Arc<dyn Nicknames>,
         gate: Arc<Gate>,
     ) -> Self {
         Self {
             store,
             ids,
             seqs,
+            names,
             gate,
         }
     }
@@ -89,6 +106,7 @@ impl Groups {
                 format!("more than max_member ({max_member})"),
             ));
         }
+        let names = self.nicknames(&all).await?;
         let now = imesh_kit::ids::unix_ms();
         let id = self.ids.next_id();
         let members: Vec<Member> = all
@@ -104,6 +122,7 @@ impl Groups {
                 },
                 map_id: i as u32,
                 alias: String::new(),
+                nickname: names.get(&user_id).cloned().unwrap_or_default(),
                 mute_until_ms: 0,
                 join_seq: 0,
                 leave_seq: 0,
@@ -163,8 +182,9 @@ impl Groups {
     ) -> Result<(Group, Vec<Member>), Error> {
         let users = parse_users("user_ids", users)?;
         let now = self.now(group_id).await?;
+        let names = self.nicknames(&users).await?;
         self.change(group_id, me, &users.clone(), &move |s| {
-            rules::invite(s, &users, now)
+            rules::invite(s, &users, now).map(|c| named(c, &names))
         })
         .await
     }
@@ -178,8 +198,11 @@ impl Groups {
     ) -> Result<(Group, Option<Member>), Error> {
         let message = parse_text("message", message, 256)?;
         let now = self.now(group_id).await?;
+        let names = self.nicknames(&[me]).await?;
         let (group, _) = self
-            .change(group_id, me, &[me], &move |s| rules::join(s, &message, now))
+            .change(group_id, me, &[me], &move |s| {
+                rules::join(s, &message, now).map(|c| named(c, &names))
+            })
             .await?;
         let member = self
             .store
@@ -198,8 +221,9 @@ impl Groups {
         approve: bool,
     ) -> Result<(Group, Vec<Member>), Error> {
         let now = self.now(group_id).await?;
+        let names = self.nicknames(&[user]).await?;
         self.change(group_id, me, &[user], &move |s| {
-            rules::review(s, user, approve, now)
+            rules::review(s, user, approve, now).map(|c| named(c, &names))
         })
         .await
     }
@@ -442,6 +466,14 @@ impl Groups {
             other => other?,
         };
         self.gate.forget(group_id).await;
+        // Memberships nobody renamed yet (version 0) take the current nicknames.
+        let names: Vec<(i64, String, i64)> = self
+            .nicknames(&unique)
+            .await?
+            .into_iter()
+            .map(|(user, name)| (user, name, FIRST_NAME_VERSION))
+            .collect();
+        self.store.rename(&names).await?;
         Ok(added)
     }
 
@@ -459,6 +491,40 @@ impl Groups {
                 "group_id: you are not a member of this group",
             ))?,
         ))
+    }
+
+    /// Copies relation-svc's nicknames onto every membership of the users named, unless a
+    /// later rename was applied already; returns how many memberships changed.
+    pub async fn rename(&self, names: Vec<(i64, String, i64)>) -> Result<u64, Error> {
+        if names.is_empty() || names.len() > MAX_USERS_PER_CALL {
+            return Err(invalid(
+                "names",
+                format!("must hold 1–{MAX_USERS_PER_CALL} names"),
+            ));
+        }
+        for (user, nickname, version) in &names {
+            if *user <= 0 {
+                return Err(invalid("names.user_id", "must be a user id"));
+            }
+            if nickname.chars().count() > MAX_NICKNAME {
+                return Err(invalid(
+                    "names.nickname",
+                    format!("must be at most {MAX_NICKNAME} characters"),
+                ));
+            }
+            if *version <= 0 {
+                return Err(invalid("names.version", "must be positive"));
+            }
+        }
+        Ok(self.store.rename(&names).await?)
+    }
+
+    async fn nicknames(&self, users: &[i64]) -> Result<HashMap<i64, String>, Error> {
+        let mut names = HashMap::with_capacity(users.len());
+        for chunk in users.chunks(MAX_USERS_PER_CALL) {
+            names.extend(self.names.nicknames(chunk).await.map_err(Error::Names)?);
+        }
+        Ok(names)
     }
 
     async fn now(&self, group_id: i64) -> Result<Now, Error> {
@@ -487,6 +553,16 @@ impl Groups {
         self.gate.forget(group_id).await;
         Ok(done)
     }
+}
+
+/// The change with each new membership given its user's nickname.
+fn named(mut change: GroupChange, names: &HashMap<i64, String>) -> GroupChange {
+    for member in change.members.iter_mut().filter(|m| m.nickname.is_empty()) {
+        if let Some(name) = names.get(&member.user_id) {
+            member.nickname.clone_from(name);
+        }
+    }
+    change
 }
 
 fn parse_name(raw: &str) -> Result<String, Error> {

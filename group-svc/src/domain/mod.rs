@@ -105,6 +105,8 @@ pub struct Member {
     /// Dense per-group index, assigned at join and never reused.
     pub map_id: u32,
     pub alias: String,
+    /// The user's nickname (relation-svc) as of the last rename, for search.
+    pub nickname: String,
     /// 0: not muted.
     pub mute_until_ms: i64,
     /// The conversation seq at join.
@@ -231,6 +233,8 @@ pub enum Error {
     Precondition(&'static str),
     #[error("the conversation seq could not be read")]
     Seq(#[source] anyhow::Error),
+    #[error("the joiners' nicknames could not be read")]
+    Names(#[source] anyhow::Error),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -110,6 +110,7 @@ fn joined(change: &mut GroupChange, user: i64, role: Role, now: Now) -> Member {
         role,
         map_id,
         alias: String::new(),
+        nickname: String::new(),
         mute_until_ms: 0,
         join_seq: now.seq,
         leave_seq: 0,

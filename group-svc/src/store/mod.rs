@@ -30,7 +30,7 @@ pub trait GroupStore: Send + Sync + 'static {
     async fn members(&self, group_id: i64, users: &[i64]) -> Result<Vec<Member>, StoreError>;
     /// Current members with `map_id >= from`, by map id.
     async fn page(&self, group_id: i64, from: u32, limit: u32) -> Result<Vec<Member>, StoreError>;
-    /// Current members whose alias contains `query`.
+    /// Current members whose alias or nickname contains `query`, by map id.
     async fn search(
         &self,
         group_id: i64,
@@ -38,6 +38,9 @@ pub trait GroupStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Member>, StoreError>;
     async fn member_ids(&self, group_id: i64) -> Result<Vec<i64>, StoreError>;
+    /// Sets each `(user, nickname, version)` on every membership row of the user whose
+    /// stored version is lower; returns how many rows changed.
+    async fn rename(&self, names: &[(i64, String, i64)]) -> Result<u64, StoreError>;
     /// Groups `user` currently belongs to with `id < before`, newest first.
     async fn groups_of(&self, user: i64, before: i64, limit: u32)
     -> Result<Vec<Group>, StoreError>;

@@ -51,6 +51,7 @@ fn member(group_id: i64, user_id: i64, role: Role, map_id: u32) -> Member {
         role,
         map_id,
         alias: format!("alias-{user_id}"),
+        nickname: format!("Nick {user_id}"),
         mute_until_ms: 0,
         join_seq: 0,
         leave_seq: 0,
@@ -308,5 +309,48 @@ async fn an_import_past_the_member_limit_adds_nobody() {
             "{:?}: up to the limit",
             s.backend
         );
+    }
+}
+
+#[tokio::test]
+async fn search_matches_nicknames_and_renames_only_move_forward_on_every_membership() {
+    for s in stores().await {
+        let b = s.backend;
+        group(&s, 10).await;
+        group(&s, 20).await;
+        let users = |found: Vec<Member>| found.iter().map(|m| m.user_id).collect::<Vec<_>>();
+        assert_eq!(
+            users(s.store.search(10, "Nick 2", 10).await.unwrap()),
+            vec![2],
+            "{b:?}"
+        );
+        assert_eq!(
+            s.store.rename(&[(2, "Zed".into(), 7)]).await.unwrap(),
+            2,
+            "{b:?}: both of user 2's memberships"
+        );
+        assert_eq!(
+            s.store
+                .rename(&[(2, "Stale".into(), 5), (3, "Cy".into(), 9)])
+                .await
+                .unwrap(),
+            2,
+            "{b:?}: the older rename of user 2 is ignored"
+        );
+        assert_eq!(
+            users(s.store.search(20, "Zed", 10).await.unwrap()),
+            vec![2],
+            "{b:?}"
+        );
+        assert!(
+            s.store.search(10, "Stale", 10).await.unwrap().is_empty(),
+            "{b:?}"
+        );
+        assert!(
+            s.store.search(10, "Nick 2", 10).await.unwrap().is_empty(),
+            "{b:?}"
+        );
+        let found = s.store.members(10, &[3]).await.unwrap();
+        assert_eq!(found[0].nickname, "Cy", "{b:?}");
     }
 }

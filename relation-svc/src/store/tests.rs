@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use imesh_kit::{ids::Snowflake, outbox::SqlOutbox, testing};
+use prost::Message as _;
 use tokio::sync::Notify;
 
 use super::*;
@@ -14,6 +15,7 @@ use crate::domain::{
 
 struct Stores {
     backend: testing::Backend,
+    db: sea_orm::DatabaseConnection,
     users: Arc<dyn UserStore>,
     friends: Arc<dyn FriendStore>,
     outbox: SqlOutbox,
@@ -29,14 +31,19 @@ async fn stores() -> Vec<Stores> {
         let ids = Arc::new(Snowflake::new(9));
         out.push(Stores {
             backend,
-            users: Arc::new(sql::SqlUserStore::new(db.clone())),
+            users: Arc::new(sql::SqlUserStore::new(
+                db.clone(),
+                ids.clone(),
+                Arc::new(Notify::new()),
+            )),
             friends: Arc::new(sql::SqlFriendStore::new(
                 db.clone(),
                 ids,
                 crate::events::encode,
                 Arc::new(Notify::new()),
             )),
-            outbox: SqlOutbox::new(db, OUTBOX_TABLE),
+            outbox: SqlOutbox::new(db.clone(), OUTBOX_TABLE),
+            db,
         });
     }
     out
@@ -120,6 +127,28 @@ async fn users_insert_find_update_and_a_taken_username_changes_nothing() {
             "{b:?}"
         );
         assert!(s.users.update_profile(99, &update).await.unwrap().is_none());
+        let renames = SqlOutbox::new(s.db.clone(), crate::renames::OUTBOX_TABLE);
+        assert!(
+            renames.pending(10).await.unwrap().is_empty(),
+            "{b:?}: no rename yet"
+        );
+
+        // A nickname change leaves a rename for group-svc in the same transaction.
+        let rename = ProfileUpdate {
+            nickname: Some("Ann B".into()),
+            ..Default::default()
+        };
+        s.users.update_profile(1, &rename).await.unwrap().unwrap();
+        s.users.update_profile(99, &rename).await.unwrap();
+        let rows = renames.pending(10).await.unwrap();
+        assert_eq!(rows.len(), 1, "{b:?}: one rename, none for a missing user");
+        let name = imesh_protos::group::MemberName::decode(rows[0].payload.as_slice()).unwrap();
+        assert_eq!(
+            (name.user_id, name.nickname.as_str()),
+            (1, "Ann B"),
+            "{b:?}"
+        );
+        assert_eq!(name.version, rows[0].id, "{b:?}: versioned by the row id");
     }
 }
 

@@ -13,6 +13,7 @@ fn member(user: i64, role: Role) -> Member {
         role,
         map_id: user as u32,
         alias: String::new(),
+        nickname: String::new(),
         mute_until_ms: 0,
         join_seq: 0,
         leave_seq: 0,

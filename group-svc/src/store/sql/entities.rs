@@ -1,7 +1,7 @@
 //! sea-orm entities of group-svc and their conversions to domain types.
 
 use imesh_kit::error::StoreError;
-use sea_orm::ActiveValue::Set;
+use sea_orm::ActiveValue::{NotSet, Set};
 
 use crate::domain::{
     Group, GroupStatus, GroupType, JoinMode, JoinRequest, Member, MemberStatus, Role,
@@ -51,6 +51,9 @@ pub(super) mod members {
         pub role: i16,
         pub map_id: i32,
         pub alias: String,
+        pub nickname: String,
+        /// The version of the rename that set `nickname` (only renames write it).
+        pub nickname_version: i64,
         pub mute_until_ms: i64,
         pub join_seq: i64,
         pub leave_seq: i64,
@@ -155,6 +158,7 @@ pub(super) fn to_member(m: members::Model) -> Result<Member, StoreError> {
         },
         map_id: m.map_id as u32,
         alias: m.alias,
+        nickname: m.nickname,
         mute_until_ms: m.mute_until_ms,
         join_seq: m.join_seq,
         leave_seq: m.leave_seq,
@@ -176,6 +180,8 @@ pub(super) fn member_row(m: &Member) -> members::ActiveModel {
         role: Set(m.role as i16),
         map_id: Set(m.map_id as i32),
         alias: Set(m.alias.clone()),
+        nickname: Set(m.nickname.clone()),
+        nickname_version: NotSet,
         mute_until_ms: Set(m.mute_until_ms),
         join_seq: Set(m.join_seq),
         leave_seq: Set(m.leave_seq),

@@ -15,6 +15,7 @@ impl MigratorTrait for Migrator {
                 table: OUTBOX_TABLE,
                 name: "m20261201_000002_group_outbox",
             }),
+            Box::new(AddNicknames),
         ]
     }
 
@@ -151,5 +152,36 @@ impl MigrationTrait for CreateTables {
             false,
         )
         .await
+    }
+}
+
+/// Members' nicknames for search, and the version of the rename that set each (renames
+/// only ever move it forward; `ix_group_member_user` finds a user's memberships).
+struct AddNicknames;
+
+impl MigrationName for AddNicknames {
+    fn name(&self) -> &str {
+        "m20261202_000003_member_nicknames"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddNicknames {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        // One column per statement: SQLite alters one thing at a time.
+        for mut column in [
+            string_len(n("nickname"), 128).default("").to_owned(),
+            big_integer(n("nickname_version")).default(0).to_owned(),
+        ] {
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(n("im_group_member"))
+                        .add_column(&mut column)
+                        .to_owned(),
+                )
+                .await?;
+        }
+        Ok(())
     }
 }

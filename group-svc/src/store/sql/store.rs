@@ -11,7 +11,7 @@ use imesh_kit::{
     outbox::{self, OutboxRow},
 };
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
     QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
     sea_query::{Expr, ExprTrait, OnConflict},
 };
@@ -147,7 +147,11 @@ impl GroupStore for SqlGroupStore {
         limit: u32,
     ) -> Result<Vec<Member>, StoreError> {
         let rows = current_members(group_id)
-            .filter(members::Column::Alias.contains(query))
+            .filter(
+                Condition::any()
+                    .add(members::Column::Alias.contains(query))
+                    .add(members::Column::Nickname.contains(query)),
+            )
             .order_by_asc(members::Column::MapId)
             .limit(u64::from(limit))
             .all(&self.db)
@@ -157,6 +161,21 @@ impl GroupStore for SqlGroupStore {
 
     async fn member_ids(&self, group_id: i64) -> Result<Vec<i64>, StoreError> {
         Ok(current_ids(&self.db, group_id).await?)
+    }
+
+    async fn rename(&self, names: &[(i64, String, i64)]) -> Result<u64, StoreError> {
+        let mut renamed = 0;
+        for (user, nickname, at) in names {
+            let done = members::Entity::update_many()
+                .col_expr(members::Column::Nickname, Expr::value(nickname.clone()))
+                .col_expr(members::Column::NicknameVersion, Expr::value(*at))
+                .filter(members::Column::UserId.eq(*user))
+                .filter(members::Column::NicknameVersion.lt(*at))
+                .exec(&self.db)
+                .await?;
+            renamed += done.rows_affected;
+        }
+        Ok(renamed)
     }
 
     async fn groups_of(
@@ -260,6 +279,7 @@ impl GroupStore for SqlGroupStore {
                     role: crate::domain::Role::Member,
                     map_id,
                     alias: String::new(),
+                    nickname: String::new(),
                     mute_until_ms: 0,
                     join_seq,
                     leave_seq: 0,

@@ -15,6 +15,10 @@ impl MigratorTrait for Migrator {
                 table: OUTBOX_TABLE,
                 name: "m20261201_000002_relation_outbox",
             }),
+            Box::new(imesh_kit::outbox::Migration {
+                table: crate::renames::OUTBOX_TABLE,
+                name: "m20261202_000003_relation_rename_outbox",
+            }),
         ]
     }
 

@@ -1,12 +1,19 @@
 //! [`UserStore`] over sea-orm.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
-use imesh_kit::error::StoreError;
+use imesh_kit::{
+    error::StoreError,
+    ids::Snowflake,
+    outbox::{self, OutboxRow},
+};
 use sea_orm::{
     ActiveValue::{NotSet, Set},
-    ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, TransactionTrait,
     sea_query::{Expr, ExprTrait},
 };
+use tokio::sync::Notify;
 
 use crate::{
     domain::User,
@@ -60,11 +67,15 @@ fn to_user(m: entity::Model) -> (User, String) {
 #[derive(Clone)]
 pub struct SqlUserStore {
     db: DatabaseConnection,
+    /// Versions of nickname changes (their outbox row ids).
+    ids: Arc<Snowflake>,
+    /// Woken after each nickname change so its relay runs at once.
+    renamed: Arc<Notify>,
 }
 
 impl SqlUserStore {
-    pub fn new(db: DatabaseConnection) -> Self {
-        Self { db }
+    pub fn new(db: DatabaseConnection, ids: Arc<Snowflake>, renamed: Arc<Notify>) -> Self {
+        Self { db, ids, renamed }
     }
 
     async fn by_id(&self, id: i64) -> Result<Option<User>, StoreError> {
@@ -132,11 +143,25 @@ impl UserStore for SqlUserStore {
         };
         let changes = [&update.nickname, &update.avatar_url, &update.extra_json];
         if changes.iter().any(|c| c.is_some()) {
-            entity::Entity::update_many()
+            let tx = self.db.begin().await?;
+            let done = entity::Entity::update_many()
                 .set(row)
                 .filter(entity::Column::Id.eq(id))
-                .exec(&self.db)
+                .exec(&tx)
                 .await?;
+            let renamed = update.nickname.as_ref().filter(|_| done.rows_affected > 0);
+            if let Some(nickname) = renamed {
+                let version = self.ids.next_id();
+                let row = OutboxRow {
+                    id: version,
+                    payload: crate::renames::encode(id, nickname, version),
+                };
+                outbox::insert(&tx, crate::renames::OUTBOX_TABLE, &[row]).await?;
+            }
+            tx.commit().await?;
+            if renamed.is_some() {
+                self.renamed.notify_one();
+            }
         }
         self.by_id(id).await
     }
