@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //! - [`ws`]: the WebSocket transport (`/ws`, one protobuf frame per binary message).
+//! - [`tcp`]: the TCP transport (a 12-byte header before each protobuf frame).
+//! - [`link`]: one connection's life over either: auth, presence, requests, writes.
 //! - [`session`]: authentication and request dispatch of one device, transport-agnostic.
 //! - [`connections`]: the registry of open connections and the internal gRPC `Push`.
 //! - [`frames`]: building server frames (errors, replies, pass-through pushes).
@@ -14,7 +16,9 @@
 pub mod backends;
 pub mod connections;
 pub mod frames;
+pub mod link;
 pub mod session;
+pub mod tcp;
 pub mod ws;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -33,8 +37,10 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Config {
-    /// Where clients connect (WebSocket at `/ws`).
+    /// Where WebSocket clients connect (at `/ws`).
     pub listen: SocketAddr,
+    /// Where TCP clients connect (header-framed, see [`tcp`]).
+    pub tcp_listen: SocketAddr,
     /// The internal gRPC server notify-svc pushes to.
     pub grpc: GrpcConfig,
     /// The address notify-svc reaches this gateway's gRPC at (in Kubernetes, the pod IP);
@@ -61,6 +67,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            tcp_listen: SocketAddr::from(([0, 0, 0, 0], 8081)),
             grpc: GrpcConfig::on(([0, 0, 0, 0], 50056).into()),
             advertise_addr: String::new(),
             relation_addr: "127.0.0.1:50051".into(),
@@ -117,11 +124,12 @@ impl Service {
         }
     }
 
-    /// Serves clients on `clients` and the internal Push on `grpc_listener` until
-    /// `shutdown`; then tells every client to reconnect elsewhere and drains.
+    /// Serves WebSocket clients on `clients`, TCP clients on `tcp_clients` and the
+    /// internal Push on `grpc_listener` until `shutdown`; then tells every client to
+    /// reconnect elsewhere and drains.
     pub async fn serve(
         self,
-        clients: TcpListener,
+        (clients, tcp_clients): (TcpListener, TcpListener),
         grpc_listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
@@ -156,6 +164,7 @@ impl Service {
         let ws = axum::serve(clients, ws::router(gateway.clone()))
             .with_graceful_shutdown(gateway.draining.clone().cancelled_owned());
         let ws_task = tokio::spawn(ws.into_future());
+        let tcp_task = tokio::spawn(tcp::serve(tcp_clients, gateway.clone()));
         shutdown.await;
         gateway.draining.cancel();
         let deadline = tokio::time::Instant::now() + self.config.grpc.grace();
@@ -165,6 +174,7 @@ impl Service {
         gateway.connections.close_all();
         stop_grpc.cancel();
         ws_task.await??;
+        tcp_task.await?;
         grpc_task.await??;
         Ok(())
     }

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
     pub gateway: u16,
+    pub gateway_tcp: u16,
     pub gateway_grpc: u16,
     pub relation: u16,
     pub group: u16,
@@ -26,6 +27,7 @@ impl Ports {
     /// Free ports chosen by the kernel (tests).
     pub const ANY: Ports = Ports {
         gateway: 0,
+        gateway_tcp: 0,
         gateway_grpc: 0,
         relation: 0,
         group: 0,
@@ -37,6 +39,7 @@ impl Ports {
     /// The documented defaults.
     pub const STANDARD: Ports = Ports {
         gateway: 8080,
+        gateway_tcp: 8081,
         gateway_grpc: 50056,
         relation: 50051,
         group: 50052,
@@ -94,6 +97,7 @@ impl ClusterSpec {
 #[derive(Debug, Clone, Copy)]
 pub struct Addrs {
     pub gateway: SocketAddr,
+    pub gateway_tcp: SocketAddr,
     pub gateway_grpc: SocketAddr,
     pub relation: SocketAddr,
     pub group: SocketAddr,
@@ -122,8 +126,10 @@ impl Cluster {
             bind(p.gateway).await?,
             bind(p.gateway_grpc).await?,
         );
+        let gateway_tcp_l = bind(p.gateway_tcp).await?;
         let addrs = Addrs {
             gateway: gateway_l.local_addr()?,
+            gateway_tcp: gateway_tcp_l.local_addr()?,
             gateway_grpc: gateway_grpc_l.local_addr()?,
             relation: relation_l.local_addr()?,
             group: group_l.local_addr()?,
@@ -204,6 +210,7 @@ impl Cluster {
         let gateway = gateway::Service::build(
             gateway::Config {
                 listen: addrs.gateway,
+                tcp_listen: addrs.gateway_tcp,
                 grpc: grpc(addrs.gateway_grpc),
                 relation_addr: addrs.relation.to_string(),
                 group_addr: addrs.group.to_string(),
@@ -220,7 +227,7 @@ impl Cluster {
         let tasks = vec![
             (
                 "gateway",
-                tokio::spawn(gateway.serve(gateway_l, gateway_grpc_l, on_stop())),
+                tokio::spawn(gateway.serve((gateway_l, gateway_tcp_l), gateway_grpc_l, on_stop())),
             ),
             (
                 "message-svc",

@@ -112,6 +112,10 @@ fn print_banner(cluster: &Cluster, auth: &AuthConfig, data_dir: &Path) {
         data_dir.display()
     );
     println!("  gateway        ws://{}/ws", a.gateway);
+    println!(
+        "  gateway (tcp)  {} (12-byte header per frame)",
+        a.gateway_tcp
+    );
     for (name, addr) in [
         ("relation-svc", a.relation),
         ("group-svc", a.group),

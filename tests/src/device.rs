@@ -1,4 +1,5 @@
-//! A device: a real WebSocket client speaking protobuf frames.
+//! A device: a real WebSocket or TCP client speaking protobuf frames. The TCP framing is
+//! written here by hand from the documented header, not with the gateway's codec.
 
 use std::{collections::VecDeque, net::SocketAddr};
 
@@ -14,13 +15,32 @@ use imesh_protos::{
     sync::{InboxEntry, PullRequest, PullResponse},
 };
 use prost::Message as _;
-use tokio::net::TcpStream;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, tungstenite::Message};
 
 use crate::PATIENCE;
 
+enum Wire {
+    Ws(Box<WebSocketStream<MaybeTlsStream<TcpStream>>>),
+    Tcp(TcpStream),
+}
+
+/// Bytes of the TCP frame header: length, version, flags, command, request seq.
+pub const TCP_HEADER: usize = 12;
+
+/// The TCP header of a frame of `len` bytes (version 1, command left 0).
+pub fn tcp_header(len: usize, version: u16) -> Vec<u8> {
+    let mut header = (len as u32).to_be_bytes().to_vec();
+    header.extend(version.to_be_bytes());
+    header.extend([0; 6]);
+    header
+}
+
 pub struct Device {
-    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    wire: Wire,
     next_request: u64,
     /// Frames read while waiting for something else.
     pushes: VecDeque<InboxEntry>,
@@ -32,20 +52,47 @@ impl Device {
         let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{gateway}/ws"))
             .await
             .expect("websocket connects");
+        Self::over(Wire::Ws(Box::new(ws)))
+    }
+
+    /// A device on the gateway's TCP port.
+    pub async fn connect_tcp(gateway_tcp: SocketAddr) -> Self {
+        let stream = TcpStream::connect(gateway_tcp).await.expect("tcp connects");
+        stream.set_nodelay(true).expect("nodelay");
+        Self::over(Wire::Tcp(stream))
+    }
+
+    fn over(wire: Wire) -> Self {
         Self {
-            ws,
+            wire,
             next_request: 0,
             pushes: VecDeque::new(),
             unsolicited: VecDeque::new(),
         }
     }
 
-    /// Sends raw bytes as one binary message.
+    /// Sends `bytes` as one frame: a binary message, or a header and the bytes over TCP.
     pub async fn send_raw(&mut self, bytes: Vec<u8>) {
-        self.ws
-            .send(Message::Binary(bytes.into()))
-            .await
-            .expect("websocket write");
+        match &mut self.wire {
+            Wire::Ws(ws) => ws
+                .send(Message::Binary(bytes.into()))
+                .await
+                .expect("websocket write"),
+            Wire::Tcp(_) => {
+                let mut framed = tcp_header(bytes.len(), 1);
+                framed.extend(bytes);
+                self.write_tcp(&framed).await;
+            }
+        }
+    }
+
+    /// Writes bytes as they are to a TCP connection (split, coalesced or broken frames).
+    pub async fn write_tcp(&mut self, bytes: &[u8]) {
+        let Wire::Tcp(stream) = &mut self.wire else {
+            panic!("not a TCP device");
+        };
+        stream.write_all(bytes).await.expect("tcp write");
+        stream.flush().await.expect("tcp flush");
     }
 
     pub async fn send_frame(&mut self, body: client_frame::Body) -> u64 {
@@ -60,8 +107,16 @@ impl Device {
 
     /// The next frame from the server; None once the connection is closed.
     pub async fn read(&mut self) -> Option<ServerFrame> {
+        let ws = match &mut self.wire {
+            Wire::Ws(ws) => ws,
+            Wire::Tcp(stream) => {
+                return tokio::time::timeout(PATIENCE, read_tcp_frame(stream))
+                    .await
+                    .expect("a frame in time");
+            }
+        };
         loop {
-            let message = tokio::time::timeout(PATIENCE, self.ws.next())
+            let message = tokio::time::timeout(PATIENCE, ws.next())
                 .await
                 .expect("a frame in time");
             match message {
@@ -274,6 +329,59 @@ impl Device {
     }
 
     pub async fn close(mut self) {
-        let _ = self.ws.close(None).await;
+        match &mut self.wire {
+            Wire::Ws(ws) => {
+                let _ = ws.as_mut().close(None).await;
+            }
+            Wire::Tcp(stream) => {
+                let _ = stream.shutdown().await;
+            }
+        }
+    }
+}
+
+/// One frame off a TCP stream, checking its header; None at EOF.
+async fn read_tcp_frame(stream: &mut TcpStream) -> Option<ServerFrame> {
+    let mut header = [0u8; TCP_HEADER];
+    stream.read_exact(&mut header).await.ok()?;
+    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    assert_eq!(
+        u16::from_be_bytes([header[4], header[5]]),
+        1,
+        "header version"
+    );
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).await.ok()?;
+    let frame = ServerFrame::decode(body.as_slice()).expect("a ServerFrame");
+    let command = u16::from_be_bytes([header[8], header[9]]);
+    let expected = match &frame.body {
+        Some(body) => body_field(body),
+        None => 0,
+    };
+    assert_eq!(command, expected, "the header's command names the body");
+    assert_eq!(
+        u16::from_be_bytes([header[10], header[11]]),
+        frame.request_id as u16,
+        "the header's request seq"
+    );
+    Some(frame)
+}
+
+/// The field number of a server frame's body.
+fn body_field(body: &Body) -> u16 {
+    match body {
+        Body::AuthOk(_) => 2,
+        Body::SendAck(_) => 3,
+        Body::Pull(_) => 4,
+        Body::Push(_) => 5,
+        Body::Error(_) => 6,
+        Body::Pong(_) => 7,
+        Body::History(_) => 8,
+        Body::Recall(_) => 9,
+        Body::MarkRead(_) => 10,
+        Body::Conversations(_) => 11,
+        Body::ConversationSettings(_) => 12,
+        Body::ReceiptCounts(_) => 13,
+        Body::ReceiptReaders(_) => 14,
     }
 }

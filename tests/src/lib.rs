@@ -8,7 +8,7 @@
 
 #![forbid(unsafe_code)]
 
-mod device;
+pub mod device;
 
 use std::time::Duration;
 
@@ -141,6 +141,11 @@ impl TestCluster {
     /// A device connected to the gateway, not yet authenticated.
     pub async fn device(&self) -> Device {
         Device::connect(self.cluster.addrs.gateway).await
+    }
+
+    /// A device connected to the gateway's TCP port, not yet authenticated.
+    pub async fn tcp_device(&self) -> Device {
+        Device::connect_tcp(self.cluster.addrs.gateway_tcp).await
     }
 
     /// A device connected and authenticated as `token`.

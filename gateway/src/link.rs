@@ -1,0 +1,280 @@
+//! One client connection's life, whatever carries it: the auth frame in time, presence,
+//! the super groups it follows, requests handled concurrently up to [`IN_FLIGHT`], pushes
+//! and replies through a bounded queue written in batches, and the idle timeout and drain.
+//! [`crate::ws`] and [`crate::tcp`] adapt their framing to [`Inbound`] and a frame sink.
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use futures::{Sink, SinkExt, Stream, StreamExt};
+use imesh_protos::{
+    gateway::{self as pb, server_frame::Body},
+    notify::Device,
+};
+use prost::Message as _;
+use tokio::{
+    sync::{Semaphore, mpsc},
+    time::Instant,
+};
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+use crate::{
+    Gateway,
+    connections::Handle,
+    frames,
+    session::{self, Session},
+};
+
+/// Most frames written in one flush when a burst is queued.
+const WRITE_BATCH: usize = 64;
+/// Requests of one connection in flight at once; more wait (backpressure on the reader).
+const IN_FLIGHT: usize = 32;
+
+/// What a transport read from its client.
+pub enum Inbound {
+    /// One encoded `ClientFrame`.
+    Frame(Bytes),
+    /// Something the transport read but cannot take as a frame; the connection goes on.
+    Refused(&'static str),
+    /// The byte stream cannot be followed any more (a bad or oversized header): the client
+    /// is told why and the connection closes.
+    Broken(String),
+    /// Transport-level liveness (WebSocket pings): activity, nothing to handle.
+    Alive,
+}
+
+/// Serves one connection until the client leaves, idles out, breaks the framing or the
+/// gateway drains.
+pub async fn serve<R, W>(mut reader: R, writer: W, gateway: Arc<Gateway>)
+where
+    R: Stream<Item = Inbound> + Unpin,
+    W: Sink<Bytes> + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(gateway.config.send_queue);
+    let close = CancellationToken::new();
+    let writer = tokio::spawn(write_frames(writer, rx, close.clone()));
+    if let Some((request_id, user, auth)) = authenticated(&mut reader, &gateway, &tx).await {
+        run(reader, &gateway, &tx, &close, request_id, user, auth).await;
+    }
+    close.cancel();
+    let _ = writer.await;
+}
+
+/// The auth frame, verified; `None` after telling the client why not.
+async fn authenticated<R>(
+    reader: &mut R,
+    gateway: &Gateway,
+    tx: &mpsc::Sender<Bytes>,
+) -> Option<(u64, i64, pb::Auth)>
+where
+    R: Stream<Item = Inbound> + Unpin,
+{
+    let first = async {
+        loop {
+            match reader.next().await? {
+                Inbound::Alive => continue,
+                Inbound::Frame(frame) => return Some(frame),
+                Inbound::Refused(_) | Inbound::Broken(_) => return Some(Bytes::new()),
+            }
+        }
+    };
+    let verified = match tokio::time::timeout(gateway.config.auth_timeout(), first).await {
+        Ok(None) => return None,
+        Ok(Some(frame)) => session::authenticate(&gateway.tokens, &frame),
+        Err(_) => Err(frames::error(
+            0,
+            Code::Unauthenticated,
+            "auth: no auth frame in time",
+            true,
+        )),
+    };
+    let checked = match verified {
+        Ok((request_id, verified, auth)) => gateway
+            .backends
+            .token_current(verified)
+            .await
+            .map(|()| (request_id, verified.user_id, auth))
+            .map_err(|status| frames::error(request_id, status.code(), status.message(), true)),
+        Err(frame) => Err(frame),
+    };
+    match checked {
+        Ok(ok) => Some(ok),
+        Err(frame) => {
+            let _ = tx.send(frame).await;
+            None
+        }
+    }
+}
+
+async fn run<R>(
+    mut reader: R,
+    gateway: &Gateway,
+    tx: &mpsc::Sender<Bytes>,
+    close: &CancellationToken,
+    request_id: u64,
+    user: i64,
+    auth: pb::Auth,
+) where
+    R: Stream<Item = Inbound> + Unpin,
+{
+    let conn_id = gateway.connections.insert(Handle {
+        frames: tx.clone(),
+        close: close.clone(),
+    });
+    let device = Device {
+        user_id: user,
+        device_id: auth.device_id,
+        platform: auth.platform,
+        gateway_addr: gateway.advertise.clone(),
+        conn_id,
+    };
+    let super_groups: Arc<[i64]> = match gateway.backends.super_groups(user).await {
+        Ok(groups) => groups.into(),
+        Err(status) => {
+            tracing::warn!(error = %status, "listing super groups failed; no live hints for them");
+            Arc::from([])
+        }
+    };
+    gateway.connections.follow(conn_id, &super_groups);
+    let session = Session {
+        device: device.clone(),
+        super_groups: super_groups.clone(),
+        backends: gateway.backends.clone(),
+    };
+    let auth_ok = Body::AuthOk(pb::AuthOk {
+        user_id: user,
+        connection_id: conn_id,
+    });
+    let _ = tx.send(frames::encode(request_id, auth_ok)).await;
+    match gateway
+        .backends
+        .online(device.clone(), super_groups.to_vec())
+        .await
+    {
+        Ok(()) => read_frames(&mut reader, &session, tx, close, gateway).await,
+        Err(status) => {
+            tracing::warn!(error = %status, "registering presence failed");
+            let _ = tx.try_send(frames::error(
+                0,
+                Code::Unavailable,
+                "presence unavailable; reconnect later",
+                true,
+            ));
+        }
+    }
+    gateway.connections.remove(conn_id);
+    if let Err(status) = gateway.backends.offline(device).await {
+        tracing::warn!(error = %status, "clearing presence failed; it expires with its TTL");
+    }
+}
+
+async fn read_frames<R>(
+    reader: &mut R,
+    session: &Session,
+    tx: &mpsc::Sender<Bytes>,
+    close: &CancellationToken,
+    gateway: &Gateway,
+) where
+    R: Stream<Item = Inbound> + Unpin,
+{
+    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+    let idle = gateway.config.idle_timeout();
+    let refresh_every = gateway.config.presence_refresh();
+    let mut refreshed = Instant::now();
+    loop {
+        let inbound = tokio::select! {
+            () = close.cancelled() => return,
+            () = gateway.draining.cancelled() => {
+                let _ = tx.try_send(frames::error(0, Code::Unavailable, "gateway shutting down; reconnect", true));
+                return;
+            }
+            inbound = tokio::time::timeout(idle, reader.next()) => inbound,
+        };
+        let frame = match inbound {
+            Err(_) => {
+                let _ = tx.try_send(frames::error(
+                    0,
+                    Code::DeadlineExceeded,
+                    format!("idle: no frame for {idle:?}"),
+                    true,
+                ));
+                return;
+            }
+            Ok(None) => return,
+            Ok(Some(Inbound::Alive)) => continue,
+            Ok(Some(Inbound::Refused(why))) => {
+                let _ = tx.try_send(frames::error(0, Code::InvalidArgument, why, false));
+                continue;
+            }
+            Ok(Some(Inbound::Broken(why))) => {
+                let _ = tx.try_send(frames::error(0, Code::InvalidArgument, why, true));
+                return;
+            }
+            Ok(Some(Inbound::Frame(frame))) => frame,
+        };
+        let frame = match pb::ClientFrame::decode(frame) {
+            Ok(frame) => frame,
+            Err(e) => {
+                let _ = tx.try_send(frames::error(
+                    0,
+                    Code::InvalidArgument,
+                    format!("frame: not a ClientFrame ({e})"),
+                    false,
+                ));
+                continue;
+            }
+        };
+        if refreshed.elapsed() >= refresh_every {
+            refreshed = Instant::now();
+            let (backends, device) = (session.backends.clone(), session.device.clone());
+            let groups = session.super_groups.to_vec();
+            tokio::spawn(async move { backends.online(device, groups).await });
+        }
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let (session, tx) = (session.clone(), tx.clone());
+        tokio::spawn(async move {
+            if let Some(reply) = session.handle(frame).await {
+                let _ = tx.send(reply).await;
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Writes queued frames, several per flush when a burst is waiting; after `close`, writes
+/// what is still queued (e.g. a final error frame) and closes the sink.
+async fn write_frames<W>(mut sink: W, mut rx: mpsc::Receiver<Bytes>, close: CancellationToken)
+where
+    W: Sink<Bytes> + Unpin,
+{
+    let closing = loop {
+        let frame = tokio::select! {
+            frame = rx.recv() => frame,
+            () = close.cancelled() => break true,
+        };
+        let Some(frame) = frame else { break false };
+        if sink.feed(frame).await.is_err() {
+            return;
+        }
+        for _ in 1..WRITE_BATCH {
+            let Ok(frame) = rx.try_recv() else { break };
+            if sink.feed(frame).await.is_err() {
+                return;
+            }
+        }
+        if sink.flush().await.is_err() {
+            return;
+        }
+    };
+    if closing {
+        while let Ok(frame) = rx.try_recv() {
+            if sink.feed(frame).await.is_err() {
+                return;
+            }
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+}
