@@ -11,7 +11,10 @@ use imesh_protos::{
         HistoryRequest, HistoryResponse, RecallRequest, RecallResponse, SendRequest, SendResponse,
         message_service_client::MessageServiceClient,
     },
-    notify::{Device, OfflineRequest, OnlineRequest, notify_service_client::NotifyServiceClient},
+    notify::{
+        Device, OfflineRequest, OnlineRequest, QueryPresenceRequest, QueryPresenceResponse,
+        notify_service_client::NotifyServiceClient,
+    },
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
     sync::{
         AckRequest, ConversationSettings, ConversationsRequest, ConversationsResponse,
@@ -192,6 +195,20 @@ impl Backends {
             .sync
             .clone()
             .receipt_readers(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn presence(
+        &self,
+        user: i64,
+        request: QueryPresenceRequest,
+    ) -> Result<QueryPresenceResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .notify
+            .clone()
+            .query_presence(request)
             .await?
             .into_inner())
     }

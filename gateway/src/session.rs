@@ -131,6 +131,11 @@ impl Session {
                 .receipt_readers(self.user(), request)
                 .await
                 .map(Body::ReceiptReaders),
+            Some(In::Presence(request)) => self
+                .backends
+                .presence(self.user(), request)
+                .await
+                .map(Body::Presence),
             Some(In::Ack(pb::Ack { sync_seq })) => {
                 return match self
                     .backends

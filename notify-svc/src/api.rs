@@ -100,6 +100,28 @@ impl NotifyService for NotifyApi {
             .map_err(status)?;
         Ok(Response::new(pb::DeliverResponse { devices: gateways }))
     }
+
+    async fn query_presence(
+        &self,
+        request: Request<pb::QueryPresenceRequest>,
+    ) -> Result<Response<pb::QueryPresenceResponse>, Status> {
+        // Users ask through the gateway; internal callers directly.
+        identity::actor(&request)?;
+        let pb::QueryPresenceRequest { user_ids } = request.into_inner();
+        let users = self
+            .router
+            .presence(&user_ids)
+            .await
+            .map_err(status)?
+            .into_iter()
+            .map(|(user_id, platforms)| pb::UserPresence {
+                user_id,
+                online: !platforms.is_empty(),
+                platforms,
+            })
+            .collect();
+        Ok(Response::new(pb::QueryPresenceResponse { users }))
+    }
 }
 
 fn route_from_proto(device: pb::Device) -> DeviceRoute {

@@ -8,6 +8,9 @@ use imesh_kit::error::StoreError;
 
 use crate::presence::{DeviceRoute, Presence};
 
+/// Most users one presence query names.
+pub const MAX_PRESENCE_USERS: usize = 500;
+
 /// An inbox entry with its event still encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -122,6 +125,42 @@ impl Router {
             }
         }
         Ok(reached)
+    }
+
+    /// Each distinct user of `users` (1–500), in order, with the sorted platforms of their
+    /// live connections (none: offline).
+    pub async fn presence(&self, users: &[i64]) -> Result<Vec<(i64, Vec<String>)>, Error> {
+        if users.is_empty() || users.len() > MAX_PRESENCE_USERS {
+            return Err(Error::Invalid {
+                field: "user_ids",
+                reason: format!("must hold 1–{MAX_PRESENCE_USERS} users"),
+            });
+        }
+        if users.iter().any(|u| *u <= 0) {
+            return Err(Error::Invalid {
+                field: "user_ids",
+                reason: "must be user ids".into(),
+            });
+        }
+        let mut distinct = users.to_vec();
+        let mut seen = std::collections::HashSet::new();
+        distinct.retain(|u| seen.insert(*u));
+        let mut platforms: HashMap<i64, Vec<String>> = HashMap::new();
+        for route in self.presence.lookup(&distinct).await? {
+            platforms
+                .entry(route.user_id)
+                .or_default()
+                .push(route.platform);
+        }
+        Ok(distinct
+            .into_iter()
+            .map(|user| {
+                let mut on = platforms.remove(&user).unwrap_or_default();
+                on.sort_unstable();
+                on.dedup();
+                (user, on)
+            })
+            .collect())
     }
 
     pub async fn offline(&self, user_id: i64, device_id: &str, conn_id: u64) -> Result<(), Error> {

@@ -383,5 +383,6 @@ fn body_field(body: &Body) -> u16 {
         Body::ConversationSettings(_) => 12,
         Body::ReceiptCounts(_) => 13,
         Body::ReceiptReaders(_) => 14,
+        Body::Presence(_) => 15,
     }
 }

@@ -1,10 +1,12 @@
 //! The TCP transport end to end: a TCP device and a WebSocket device talk through the
 //! same gateway; coalesced and split frames are reassembled; a body that is not a frame
 //! gets an error frame and the connection goes on; an oversized or foreign header, a bad
-//! first frame and a truncated frame end only their own connection.
+//! first frame and a truncated frame end only their own connection; presence queries show
+//! a TCP device online until it leaves.
 
 use imesh_protos::{
     gateway::{Auth, ClientFrame, Ping, client_frame, server_frame::Body},
+    notify::QueryPresenceRequest,
     sync::sync_event::Kind,
 };
 use imesh_tests::{Device, Stores, TestCluster, device::tcp_header};
@@ -132,4 +134,46 @@ async fn tcp_and_websocket_devices_talk_and_broken_tcp_framing_ends_only_its_con
     // The first connection served on through all of it.
     a.write_tcp(&ping(105)).await;
     pong(&mut a, 105).await;
+
+    // Online dots: bob sees alice online on her platform until her connection closes.
+    let (stranger, _) = env.user("carol").await;
+    let query =
+        |users: Vec<i64>| client_frame::Body::Presence(QueryPresenceRequest { user_ids: users });
+    let id = b.send_frame(query(vec![alice, stranger, alice])).await;
+    let Body::Presence(seen) = b.reply(id).await else {
+        panic!("presence refused")
+    };
+    let dots: Vec<(i64, bool, Vec<String>)> = seen
+        .users
+        .into_iter()
+        .map(|u| (u.user_id, u.online, u.platforms))
+        .collect();
+    assert_eq!(
+        dots,
+        vec![
+            (alice, true, vec!["test".to_owned()]),
+            (stranger, false, vec![])
+        ]
+    );
+    a.close().await;
+    let deadline = tokio::time::Instant::now() + imesh_tests::PATIENCE;
+    loop {
+        let id = b.send_frame(query(vec![alice])).await;
+        let Body::Presence(seen) = b.reply(id).await else {
+            panic!("presence refused")
+        };
+        if !seen.users[0].online {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "alice never went offline"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let id = b.send_frame(query(vec![])).await;
+    match b.reply(id).await {
+        Body::Error(e) => assert_eq!(e.field, "user_ids", "{e:?}"),
+        other => panic!("an empty query went through: {other:?}"),
+    }
 }

@@ -184,3 +184,50 @@ async fn group_events_reach_each_subscribed_gateway_once_and_no_other() {
         })
     ));
 }
+
+#[tokio::test]
+async fn presence_lists_each_user_once_in_order_with_their_platforms() {
+    let router = Router::new(
+        Arc::new(MemoryPresence::default()),
+        Arc::new(Fleet::default()),
+        Duration::from_secs(60),
+    );
+    let ios = DeviceRoute {
+        platform: "ios".into(),
+        ..route(1, "phone", "gw-a", 10)
+    };
+    for device in [
+        ios,
+        route(1, "laptop", "gw-b", 11),
+        route(1, "tab", "gw-b", 12),
+    ] {
+        router.online(device, &[]).await.unwrap();
+    }
+    router
+        .online(route(2, "phone", "gw-a", 13), &[])
+        .await
+        .unwrap();
+    router.offline(2, "phone", 13).await.unwrap();
+    let got = router.presence(&[3, 1, 2, 1]).await.unwrap();
+    assert_eq!(
+        got,
+        vec![
+            (3, vec![]),
+            (1, vec!["ios".to_owned(), "web".to_owned()]),
+            (2, vec![]),
+        ]
+    );
+    for bad in [vec![], vec![0], vec![1; MAX_PRESENCE_USERS + 1]] {
+        let err = router.presence(&bad).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Invalid {
+                    field: "user_ids",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+}
