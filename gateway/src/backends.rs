@@ -225,12 +225,19 @@ impl Backends {
         Ok(())
     }
 
-    pub async fn online(&self, device: Device, super_group_ids: Vec<i64>) -> Result<(), Status> {
+    /// Registers (`fresh`: a new connection) or refreshes a device's presence.
+    pub async fn online(
+        &self,
+        device: Device,
+        super_group_ids: Vec<i64>,
+        fresh: bool,
+    ) -> Result<(), Status> {
         let request = self.caller.request(
             Actor::System,
             OnlineRequest {
                 device: Some(device),
                 super_group_ids,
+                fresh,
             },
         );
         self.notify.clone().online(request).await?;

@@ -89,6 +89,15 @@ impl Connections {
         }
     }
 
+    /// Writes `frame` (a final error) to connection `id`, then closes it.
+    pub fn kick(&self, id: u64, frame: Bytes) {
+        let Some(handle) = self.open.read().get(&id).cloned() else {
+            return;
+        };
+        let _ = handle.frames.try_send(frame);
+        handle.close.cancel();
+    }
+
     /// Queues `frame` on connection `id`; false when the connection is gone or too slow
     /// (then it is closed).
     pub fn offer(&self, id: u64, frame: Bytes) -> bool {
@@ -131,5 +140,18 @@ impl GatewayService for PushApi {
             self.0.offer_group(event.group_id, event.event);
         }
         Ok(Response::new(pb::PushResponse { gone_conn_ids }))
+    }
+
+    async fn kick(
+        &self,
+        request: Request<pb::KickRequest>,
+    ) -> Result<Response<pb::KickResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let pb::KickRequest { conn_ids, reason } = request.into_inner();
+        let frame = frames::error(0, tonic::Code::Aborted, reason, true);
+        for conn in conn_ids {
+            self.0.kick(conn, frame.clone());
+        }
+        Ok(Response::new(pb::KickResponse {}))
     }
 }

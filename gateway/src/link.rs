@@ -149,7 +149,7 @@ async fn run<R>(
     let _ = tx.send(frames::encode(request_id, auth_ok)).await;
     match gateway
         .backends
-        .online(device.clone(), super_groups.to_vec())
+        .online(device.clone(), super_groups.to_vec(), true)
         .await
     {
         Ok(()) => read_frames(&mut reader, &session, tx, close, gateway).await,
@@ -229,7 +229,7 @@ async fn read_frames<R>(
             refreshed = Instant::now();
             let (backends, device) = (session.backends.clone(), session.device.clone());
             let groups = session.super_groups.to_vec();
-            tokio::spawn(async move { backends.online(device, groups).await });
+            tokio::spawn(async move { backends.online(device, groups, false).await });
         }
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;

@@ -31,10 +31,11 @@ impl NotifyService for NotifyApi {
         let pb::OnlineRequest {
             device,
             super_group_ids,
+            fresh,
         } = request.into_inner();
         let device = device.ok_or_else(|| error::invalid("device", "must be set"))?;
         self.router
-            .online(route_from_proto(device), &super_group_ids)
+            .online(route_from_proto(device), &super_group_ids, fresh)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::OnlineResponse {}))

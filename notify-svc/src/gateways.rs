@@ -81,4 +81,12 @@ impl Gateways for GrpcGateways {
         self.client(addr)?.push(request).await?;
         Ok(())
     }
+
+    async fn kick(&self, addr: &str, conn_ids: Vec<u64>, reason: String) -> anyhow::Result<()> {
+        let request = self
+            .caller
+            .request(Actor::System, pb::KickRequest { conn_ids, reason });
+        self.client(addr)?.kick(request).await?;
+        Ok(())
+    }
 }

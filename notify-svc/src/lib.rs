@@ -33,6 +33,9 @@ pub struct Config {
     pub redis: RedisConfig,
     /// How long a device stays online without a refresh from its gateway.
     pub presence_ttl_secs: u64,
+    /// `one_per_platform` (a new login closes the user's other device on that platform)
+    /// or `unlimited`.
+    pub multi_device: router::DevicePolicy,
 }
 
 impl Default for Config {
@@ -41,6 +44,7 @@ impl Default for Config {
             grpc: GrpcConfig::on(([0, 0, 0, 0], 50055).into()),
             redis: RedisConfig::default(),
             presence_ttl_secs: 120,
+            multi_device: router::DevicePolicy::default(),
         }
     }
 }
@@ -67,7 +71,12 @@ impl Service {
         };
         let gateways = gateways::GrpcGateways::new(Caller::new(&auth.internal_secret)?);
         let ttl = Duration::from_secs(config.presence_ttl_secs);
-        let router = Arc::new(router::Router::new(presence, Arc::new(gateways), ttl));
+        let router = Arc::new(router::Router::new(
+            presence,
+            Arc::new(gateways),
+            ttl,
+            config.multi_device,
+        ));
         Ok(Self {
             config,
             auth: auth.clone(),

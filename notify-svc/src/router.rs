@@ -33,6 +33,8 @@ pub trait Gateways: Send + Sync + 'static {
     /// Pushes group events `(group, encoded event)` to the gateway at `addr`, which hands
     /// each to its connections of the group's members.
     async fn push_groups(&self, addr: &str, events: Vec<(i64, Bytes)>) -> anyhow::Result<()>;
+    /// Closes connections on the gateway at `addr`, telling each client `reason`.
+    async fn kick(&self, addr: &str, conn_ids: Vec<u64>, reason: String) -> anyhow::Result<()>;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,23 +45,47 @@ pub enum Error {
     Store(#[from] StoreError),
 }
 
+/// How many sessions a user may hold at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DevicePolicy {
+    /// One per platform: a new login on a platform closes the user's other device there.
+    #[default]
+    OnePerPlatform,
+    /// Any number of devices (still one connection per device).
+    Unlimited,
+}
+
 pub struct Router {
     presence: Arc<dyn Presence>,
     gateways: Arc<dyn Gateways>,
     ttl: Duration,
+    policy: DevicePolicy,
 }
 
 impl Router {
-    pub fn new(presence: Arc<dyn Presence>, gateways: Arc<dyn Gateways>, ttl: Duration) -> Self {
+    pub fn new(
+        presence: Arc<dyn Presence>,
+        gateways: Arc<dyn Gateways>,
+        ttl: Duration,
+        policy: DevicePolicy,
+    ) -> Self {
         Self {
             presence,
             gateways,
             ttl,
+            policy,
         }
     }
 
     /// Records a device's route and, for its gateway, the read-fanout groups of its user.
-    pub async fn online(&self, route: DeviceRoute, super_groups: &[i64]) -> Result<(), Error> {
+    /// A `fresh` connection first closes the sessions it replaces under the policy.
+    pub async fn online(
+        &self,
+        route: DeviceRoute,
+        super_groups: &[i64],
+        fresh: bool,
+    ) -> Result<(), Error> {
         if route.user_id <= 0 {
             return Err(Error::Invalid {
                 field: "device.user_id",
@@ -78,6 +104,9 @@ impl Router {
                 reason: "must be group ids".into(),
             });
         }
+        if fresh {
+            self.replace(&route).await?;
+        }
         self.presence.online(&route, self.ttl).await?;
         if !super_groups.is_empty() {
             let gateway = route.gateway_addr.as_str();
@@ -85,6 +114,46 @@ impl Router {
                 .subscribe(gateway, super_groups, self.ttl)
                 .await?;
         }
+        Ok(())
+    }
+
+    /// Closes the user's sessions `route` replaces: the same device's older connection and,
+    /// with one session per platform, other devices on its platform. Best effort per
+    /// gateway: a gateway that cannot be told is logged, and its stale route is dropped.
+    async fn replace(&self, route: &DeviceRoute) -> Result<(), Error> {
+        let mut kicks: HashMap<String, Vec<u64>> = HashMap::new();
+        let mut reasons: HashMap<String, String> = HashMap::new();
+        for old in self.presence.lookup(&[route.user_id]).await? {
+            let same_device = old.device_id == route.device_id;
+            let same_platform = self.policy == DevicePolicy::OnePerPlatform
+                && !route.platform.is_empty()
+                && old.platform == route.platform;
+            let same_conn = same_device
+                && old.gateway_addr == route.gateway_addr
+                && old.conn_id == route.conn_id;
+            if same_conn || !(same_device || same_platform) {
+                continue;
+            }
+            self.presence
+                .offline(old.user_id, &old.device_id, old.conn_id)
+                .await?;
+            let reason = if same_device {
+                "session: this device connected again".to_owned()
+            } else {
+                format!("session: signed in on another {} device", route.platform)
+            };
+            reasons.insert(old.gateway_addr.clone(), reason);
+            kicks.entry(old.gateway_addr).or_default().push(old.conn_id);
+        }
+        let calls = kicks.into_iter().map(|(addr, conns)| {
+            let reason = reasons.remove(&addr).unwrap_or_default();
+            async move {
+                if let Err(e) = self.gateways.kick(&addr, conns, reason).await {
+                    tracing::warn!(gateway = %addr, error = %format!("{e:#}"), "closing replaced sessions failed");
+                }
+            }
+        });
+        futures::future::join_all(calls).await;
         Ok(())
     }
 

@@ -167,11 +167,23 @@ impl Device {
             .collect()
     }
 
+    /// Authenticates as `device_id`, on a platform of its own (so one user's devices never
+    /// replace each other under the one-per-platform policy).
     pub async fn auth(&mut self, token: &str, device_id: &str) -> Result<AuthOk, Error> {
+        self.auth_on(token, device_id, &format!("test-{device_id}"))
+            .await
+    }
+
+    pub async fn auth_on(
+        &mut self,
+        token: &str,
+        device_id: &str,
+        platform: &str,
+    ) -> Result<AuthOk, Error> {
         let auth = Auth {
             token: token.into(),
             device_id: device_id.into(),
-            platform: "test".into(),
+            platform: platform.into(),
         };
         let id = self.send_frame(client_frame::Body::Auth(auth)).await;
         match self.reply(id).await {

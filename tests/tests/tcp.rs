@@ -151,7 +151,7 @@ async fn tcp_and_websocket_devices_talk_and_broken_tcp_framing_ends_only_its_con
     assert_eq!(
         dots,
         vec![
-            (alice, true, vec!["test".to_owned()]),
+            (alice, true, vec!["test-alice-tcp".to_owned()]),
             (stranger, false, vec![])
         ]
     );

@@ -10,6 +10,7 @@ struct Fleet {
     pushes: Mutex<Vec<(String, u64, Vec<i64>)>>,
     gone: Vec<u64>,
     group_pushes: Mutex<Vec<(String, Vec<i64>)>>,
+    kicks: Mutex<Vec<(String, Vec<u64>, String)>>,
 }
 
 #[async_trait::async_trait]
@@ -30,6 +31,13 @@ impl Gateways for Fleet {
     async fn push_groups(&self, addr: &str, events: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
         let mut got = self.group_pushes.lock();
         got.push((addr.to_owned(), events.iter().map(|(g, _)| *g).collect()));
+        got.sort();
+        Ok(())
+    }
+
+    async fn kick(&self, addr: &str, conn_ids: Vec<u64>, reason: String) -> anyhow::Result<()> {
+        let mut got = self.kicks.lock();
+        got.push((addr.to_owned(), conn_ids, reason));
         got.sort();
         Ok(())
     }
@@ -61,17 +69,18 @@ async fn entries_reach_every_online_device_grouped_by_gateway() {
         Arc::new(MemoryPresence::default()),
         fleet.clone(),
         Duration::from_secs(60),
+        DevicePolicy::OnePerPlatform,
     );
     router
-        .online(route(1, "phone", "gw-a", 10), &[])
+        .online(route(1, "phone", "gw-a", 10), &[], false)
         .await
         .unwrap();
     router
-        .online(route(1, "laptop", "gw-b", 11), &[])
+        .online(route(1, "laptop", "gw-b", 11), &[], false)
         .await
         .unwrap();
     router
-        .online(route(2, "phone", "gw-a", 12), &[])
+        .online(route(2, "phone", "gw-a", 12), &[], false)
         .await
         .unwrap();
     let reached = router
@@ -100,9 +109,14 @@ async fn connections_a_gateway_no_longer_holds_leave_presence() {
         gone: vec![10],
         ..Fleet::default()
     });
-    let router = Router::new(presence.clone(), fleet, Duration::from_secs(60));
+    let router = Router::new(
+        presence.clone(),
+        fleet,
+        Duration::from_secs(60),
+        DevicePolicy::OnePerPlatform,
+    );
     router
-        .online(route(1, "phone", "gw-a", 10), &[])
+        .online(route(1, "phone", "gw-a", 10), &[], false)
         .await
         .unwrap();
     router.deliver(vec![(1, entries(&[1]))]).await.unwrap();
@@ -115,16 +129,17 @@ async fn a_route_without_device_or_gateway_is_refused() {
         Arc::new(MemoryPresence::default()),
         Arc::new(Fleet::default()),
         Duration::from_secs(60),
+        DevicePolicy::OnePerPlatform,
     );
     assert!(matches!(
-        router.online(route(1, "", "gw", 1), &[]).await,
+        router.online(route(1, "", "gw", 1), &[], false).await,
         Err(Error::Invalid {
             field: "device",
             ..
         })
     ));
     assert!(matches!(
-        router.online(route(0, "p", "gw", 1), &[]).await,
+        router.online(route(0, "p", "gw", 1), &[], false).await,
         Err(Error::Invalid {
             field: "device.user_id",
             ..
@@ -139,21 +154,22 @@ async fn group_events_reach_each_subscribed_gateway_once_and_no_other() {
         Arc::new(MemoryPresence::default()),
         fleet.clone(),
         Duration::from_secs(60),
+        DevicePolicy::OnePerPlatform,
     );
     router
-        .online(route(1, "phone", "gw-a", 10), &[70, 71])
+        .online(route(1, "phone", "gw-a", 10), &[70, 71], false)
         .await
         .unwrap();
     router
-        .online(route(2, "phone", "gw-a", 11), &[70])
+        .online(route(2, "phone", "gw-a", 11), &[70], false)
         .await
         .unwrap();
     router
-        .online(route(3, "phone", "gw-b", 12), &[71])
+        .online(route(3, "phone", "gw-b", 12), &[71], false)
         .await
         .unwrap();
     router
-        .online(route(4, "phone", "gw-c", 13), &[])
+        .online(route(4, "phone", "gw-c", 13), &[], false)
         .await
         .unwrap();
     let event = || Bytes::from_static(b"advanced");
@@ -175,7 +191,9 @@ async fn group_events_reach_each_subscribed_gateway_once_and_no_other() {
             ..
         })
     ));
-    let bad = router.online(route(5, "phone", "gw-a", 14), &[0]).await;
+    let bad = router
+        .online(route(5, "phone", "gw-a", 14), &[0], false)
+        .await;
     assert!(matches!(
         bad,
         Err(Error::Invalid {
@@ -191,6 +209,7 @@ async fn presence_lists_each_user_once_in_order_with_their_platforms() {
         Arc::new(MemoryPresence::default()),
         Arc::new(Fleet::default()),
         Duration::from_secs(60),
+        DevicePolicy::OnePerPlatform,
     );
     let ios = DeviceRoute {
         platform: "ios".into(),
@@ -201,10 +220,10 @@ async fn presence_lists_each_user_once_in_order_with_their_platforms() {
         route(1, "laptop", "gw-b", 11),
         route(1, "tab", "gw-b", 12),
     ] {
-        router.online(device, &[]).await.unwrap();
+        router.online(device, &[], false).await.unwrap();
     }
     router
-        .online(route(2, "phone", "gw-a", 13), &[])
+        .online(route(2, "phone", "gw-a", 13), &[], false)
         .await
         .unwrap();
     router.offline(2, "phone", 13).await.unwrap();
@@ -229,5 +248,74 @@ async fn presence_lists_each_user_once_in_order_with_their_platforms() {
             ),
             "{err:?}"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_fresh_session_closes_the_ones_it_replaces_under_the_policy() {
+    let on = |platform: &str, route: DeviceRoute| DeviceRoute {
+        platform: platform.into(),
+        ..route
+    };
+    for (policy, expected) in [
+        (
+            DevicePolicy::OnePerPlatform,
+            vec![
+                (
+                    "gw-a".to_owned(),
+                    vec![10],
+                    "session: this device connected again".to_owned(),
+                ),
+                (
+                    "gw-b".to_owned(),
+                    vec![11],
+                    "session: signed in on another ios device".to_owned(),
+                ),
+            ],
+        ),
+        (
+            DevicePolicy::Unlimited,
+            vec![(
+                "gw-a".to_owned(),
+                vec![10],
+                "session: this device connected again".to_owned(),
+            )],
+        ),
+    ] {
+        let fleet = Arc::new(Fleet::default());
+        let presence = Arc::new(MemoryPresence::default());
+        let router = Router::new(
+            presence.clone(),
+            fleet.clone(),
+            Duration::from_secs(60),
+            policy,
+        );
+        for device in [
+            on("ios", route(1, "phone", "gw-a", 10)),
+            on("ios", route(1, "old-phone", "gw-b", 11)),
+            on("macos", route(1, "laptop", "gw-b", 12)),
+            on("ios", route(2, "phone", "gw-a", 13)),
+        ] {
+            router.online(device, &[], false).await.unwrap();
+        }
+        // The phone reconnects through gw-c; a refresh of the new connection kicks nobody.
+        let again = on("ios", route(1, "phone", "gw-c", 20));
+        router.online(again.clone(), &[], true).await.unwrap();
+        router.online(again, &[], false).await.unwrap();
+        assert_eq!(*fleet.kicks.lock(), expected, "{policy:?}");
+        let mut left: Vec<u64> = presence
+            .lookup(&[1, 2])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.conn_id)
+            .collect();
+        left.sort();
+        let kept = if policy == DevicePolicy::Unlimited {
+            vec![11, 12, 13, 20]
+        } else {
+            vec![12, 13, 20]
+        };
+        assert_eq!(left, kept, "{policy:?}: replaced routes are gone");
     }
 }
