@@ -150,6 +150,7 @@ impl Cluster {
                 redis: spec.redis.clone(),
                 sync_addr: addrs.sync.to_string(),
                 group_addr: addrs.group.to_string(),
+                notify_addr: addrs.notify.to_string(),
                 ..Default::default()
             },
             auth,

@@ -102,6 +102,20 @@ impl NotifyService for NotifyApi {
         Ok(Response::new(pb::DeliverResponse { devices: gateways }))
     }
 
+    async fn disconnect(
+        &self,
+        request: Request<pb::DisconnectRequest>,
+    ) -> Result<Response<pb::DisconnectResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let pb::DisconnectRequest { user_ids, reason } = request.into_inner();
+        let sessions = self
+            .router
+            .disconnect(&user_ids, &reason)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::DisconnectResponse { sessions }))
+    }
+
     async fn query_presence(
         &self,
         request: Request<pb::QueryPresenceRequest>,

@@ -117,44 +117,74 @@ impl Router {
         Ok(())
     }
 
-    /// Closes the user's sessions `route` replaces: the same device's older connection and,
-    /// with one session per platform, other devices on its platform. Best effort per
-    /// gateway: a gateway that cannot be told is logged, and its stale route is dropped.
-    async fn replace(&self, route: &DeviceRoute) -> Result<(), Error> {
-        let mut kicks: HashMap<String, Vec<u64>> = HashMap::new();
-        let mut reasons: HashMap<String, String> = HashMap::new();
-        for old in self.presence.lookup(&[route.user_id]).await? {
-            let same_device = old.device_id == route.device_id;
-            let same_platform = self.policy == DevicePolicy::OnePerPlatform
-                && !route.platform.is_empty()
-                && old.platform == route.platform;
-            let same_conn = same_device
-                && old.gateway_addr == route.gateway_addr
-                && old.conn_id == route.conn_id;
-            if same_conn || !(same_device || same_platform) {
-                continue;
-            }
+    /// Closes every live session of `users` (1–500), telling each client `reason`; returns
+    /// how many there were.
+    pub async fn disconnect(&self, users: &[i64], reason: &str) -> Result<u32, Error> {
+        if users.is_empty() || users.len() > MAX_PRESENCE_USERS || users.iter().any(|u| *u <= 0) {
+            return Err(Error::Invalid {
+                field: "user_ids",
+                reason: format!("must hold 1–{MAX_PRESENCE_USERS} user ids"),
+            });
+        }
+        let routes = self.presence.lookup(users).await?;
+        let sessions = routes.len() as u32;
+        self.close(routes, |_| reason.to_owned()).await?;
+        Ok(sessions)
+    }
+
+    /// Forgets `routes` and closes their connections, one Kick per gateway with the reason
+    /// of its first route. Best effort per gateway: one that cannot be told is logged.
+    async fn close(
+        &self,
+        routes: Vec<DeviceRoute>,
+        reason: impl Fn(&DeviceRoute) -> String,
+    ) -> Result<(), Error> {
+        let mut kicks: HashMap<String, (Vec<u64>, String)> = HashMap::new();
+        for old in routes {
             self.presence
                 .offline(old.user_id, &old.device_id, old.conn_id)
                 .await?;
-            let reason = if same_device {
-                "session: this device connected again".to_owned()
-            } else {
-                format!("session: signed in on another {} device", route.platform)
-            };
-            reasons.insert(old.gateway_addr.clone(), reason);
-            kicks.entry(old.gateway_addr).or_default().push(old.conn_id);
+            let why = reason(&old);
+            let entry = kicks.entry(old.gateway_addr).or_insert((Vec::new(), why));
+            entry.0.push(old.conn_id);
         }
-        let calls = kicks.into_iter().map(|(addr, conns)| {
-            let reason = reasons.remove(&addr).unwrap_or_default();
-            async move {
-                if let Err(e) = self.gateways.kick(&addr, conns, reason).await {
-                    tracing::warn!(gateway = %addr, error = %format!("{e:#}"), "closing replaced sessions failed");
-                }
+        let calls = kicks.into_iter().map(|(addr, (conns, reason))| async move {
+            if let Err(e) = self.gateways.kick(&addr, conns, reason).await {
+                tracing::warn!(gateway = %addr, error = %format!("{e:#}"), "closing sessions failed");
             }
         });
         futures::future::join_all(calls).await;
         Ok(())
+    }
+
+    /// Closes the user's sessions `route` replaces: the same device's older connection and,
+    /// with one session per platform, other devices on its platform. Best effort per
+    /// gateway: a gateway that cannot be told is logged, and its stale route is dropped.
+    async fn replace(&self, route: &DeviceRoute) -> Result<(), Error> {
+        let replaced: Vec<DeviceRoute> = self
+            .presence
+            .lookup(&[route.user_id])
+            .await?
+            .into_iter()
+            .filter(|old| {
+                let same_device = old.device_id == route.device_id;
+                let same_platform = self.policy == DevicePolicy::OnePerPlatform
+                    && !route.platform.is_empty()
+                    && old.platform == route.platform;
+                let same_conn = same_device
+                    && old.gateway_addr == route.gateway_addr
+                    && old.conn_id == route.conn_id;
+                !same_conn && (same_device || same_platform)
+            })
+            .collect();
+        self.close(replaced, |old| {
+            if old.device_id == route.device_id {
+                "session: this device connected again".to_owned()
+            } else {
+                format!("session: signed in on another {} device", route.platform)
+            }
+        })
+        .await
     }
 
     /// Pushes each group's events to every gateway holding members of it, one call per

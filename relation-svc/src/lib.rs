@@ -16,6 +16,7 @@ pub mod api;
 pub mod cache;
 pub mod domain;
 pub mod events;
+pub mod peers;
 pub mod renames;
 pub mod store;
 
@@ -50,6 +51,8 @@ pub struct Config {
     pub sync_addr: String,
     /// group-svc's gRPC address: nickname changes reach members' copies.
     pub group_addr: String,
+    /// notify-svc's gRPC address: a disabled user's sessions are closed.
+    pub notify_addr: String,
     /// Lifetime of the tokens Login issues.
     pub token_ttl_secs: u64,
     /// How long a friend request stays answerable.
@@ -71,6 +74,7 @@ impl Default for Config {
             redis: RedisConfig::default(),
             sync_addr: "127.0.0.1:50054".into(),
             group_addr: "127.0.0.1:50052".into(),
+            notify_addr: "127.0.0.1:50055".into(),
             token_ttl_secs: 7 * 24 * 3600,
             request_ttl_days: 30,
             cache_ttl_secs: 600,
@@ -126,7 +130,17 @@ pub fn wire(
         friend_store.clone(),
     ));
     let tokens = Tokens::new(&auth.jwt_secret, Duration::from_secs(config.token_ttl_secs))?;
-    let accounts = Arc::new(Accounts::new(users, ids.clone(), tokens, checker.clone()));
+    let sessions = Arc::new(peers::NotifySessions::new(
+        grpc::channel(&config.notify_addr)?,
+        Caller::new(&auth.internal_secret)?,
+    ));
+    let accounts = Arc::new(Accounts::new(
+        users,
+        ids.clone(),
+        tokens,
+        checker.clone(),
+        sessions,
+    ));
     let request_ttl_ms = i64::from(config.request_ttl_days) * 24 * 3600 * 1000;
     let friends = Arc::new(Friends::new(
         friend_store,

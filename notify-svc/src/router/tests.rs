@@ -319,3 +319,39 @@ async fn a_fresh_session_closes_the_ones_it_replaces_under_the_policy() {
         assert_eq!(left, kept, "{policy:?}: replaced routes are gone");
     }
 }
+
+#[tokio::test]
+async fn disconnecting_users_closes_all_their_sessions_on_every_gateway() {
+    let fleet = Arc::new(Fleet::default());
+    let presence = Arc::new(MemoryPresence::default());
+    let router = Router::new(
+        presence.clone(),
+        fleet.clone(),
+        Duration::from_secs(60),
+        DevicePolicy::Unlimited,
+    );
+    for device in [
+        route(1, "phone", "gw-a", 10),
+        route(1, "laptop", "gw-b", 11),
+        route(2, "phone", "gw-a", 12),
+    ] {
+        router.online(device, &[], false).await.unwrap();
+    }
+    assert_eq!(router.disconnect(&[1], "session: gone").await.unwrap(), 2);
+    assert_eq!(
+        *fleet.kicks.lock(),
+        vec![
+            ("gw-a".to_owned(), vec![10], "session: gone".to_owned()),
+            ("gw-b".to_owned(), vec![11], "session: gone".to_owned()),
+        ]
+    );
+    let left = presence.lookup(&[1, 2]).await.unwrap();
+    assert_eq!(left.iter().map(|r| r.conn_id).collect::<Vec<_>>(), vec![12]);
+    assert!(matches!(
+        router.disconnect(&[], "x").await,
+        Err(Error::Invalid {
+            field: "user_ids",
+            ..
+        })
+    ));
+}

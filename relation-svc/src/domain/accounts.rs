@@ -45,12 +45,20 @@ pub struct Login {
 /// Most ids one GetUsers call may ask for.
 pub const MAX_USERS_PER_CALL: usize = 500;
 
+/// Users' live client sessions (notify-svc), closed when an account is disabled.
+#[async_trait::async_trait]
+pub trait Sessions: Send + Sync + 'static {
+    /// Closes every session of `user` with `reason`; returns how many there were.
+    async fn disconnect(&self, user: i64, reason: &str) -> anyhow::Result<u32>;
+}
+
 pub struct Accounts {
     store: Arc<dyn UserStore>,
     ids: Arc<Snowflake>,
     tokens: Tokens,
     /// Told when a user is disabled or enabled, so relation checks see it at once.
     checker: Arc<Checker>,
+    sessions: Arc<dyn Sessions>,
 }
 
 /// Longest avatar URL and extra JSON of a profile.
@@ -63,12 +71,14 @@ impl Accounts {
         ids: Arc<Snowflake>,
         tokens: Tokens,
         checker: Arc<Checker>,
+        sessions: Arc<dyn Sessions>,
     ) -> Self {
         Self {
             store,
             ids,
             tokens,
             checker,
+            sessions,
         }
     }
 
@@ -205,7 +215,9 @@ impl Accounts {
             .map_err(Error::Token)
     }
 
-    /// Admin: disabling moves the token version on, so every earlier token is refused.
+    /// Admin: disabling moves the token version on, so every earlier token is refused,
+    /// and closes the user's open sessions (best effort: a gateway that misses it still
+    /// refuses the old token on the next connect).
     pub async fn set_disabled(&self, user: i64, disabled: bool) -> Result<User, Error> {
         let updated = self
             .store
@@ -213,6 +225,14 @@ impl Accounts {
             .await?
             .ok_or(Error::UnknownUser("user_id"))?;
         self.checker.forget(&[user]).await;
+        if disabled
+            && let Err(e) = self
+                .sessions
+                .disconnect(user, "session: the account was disabled")
+                .await
+        {
+            tracing::warn!(user, error = %format!("{e:#}"), "closing a disabled user's sessions failed");
+        }
         Ok(updated)
     }
 }

@@ -9,7 +9,7 @@ pub mod plan;
 
 use imesh_kit::error::StoreError;
 
-pub use accounts::Accounts;
+pub use accounts::{Accounts, Sessions};
 pub use check::Checker;
 pub use friends::Friends;
 
