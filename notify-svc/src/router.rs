@@ -11,6 +11,21 @@ use crate::presence::{DeviceRoute, Presence};
 /// Most users one presence query names.
 pub const MAX_PRESENCE_USERS: usize = 500;
 
+/// A list of 1–[`MAX_PRESENCE_USERS`] user ids, or why not.
+fn checked_users(users: &[i64]) -> Result<(), Error> {
+    let reason = if users.is_empty() || users.len() > MAX_PRESENCE_USERS {
+        format!("must hold 1–{MAX_PRESENCE_USERS} users")
+    } else if users.iter().any(|u| *u <= 0) {
+        "must be user ids".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(Error::Invalid {
+        field: "user_ids",
+        reason,
+    })
+}
+
 /// An inbox entry with its event still encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -120,12 +135,7 @@ impl Router {
     /// Closes every live session of `users` (1–500), telling each client `reason`; returns
     /// how many there were.
     pub async fn disconnect(&self, users: &[i64], reason: &str) -> Result<u32, Error> {
-        if users.is_empty() || users.len() > MAX_PRESENCE_USERS || users.iter().any(|u| *u <= 0) {
-            return Err(Error::Invalid {
-                field: "user_ids",
-                reason: format!("must hold 1–{MAX_PRESENCE_USERS} user ids"),
-            });
-        }
+        checked_users(users)?;
         let routes = self.presence.lookup(users).await?;
         let sessions = routes.len() as u32;
         self.close(routes, |_| reason.to_owned()).await?;
@@ -139,11 +149,13 @@ impl Router {
         routes: Vec<DeviceRoute>,
         reason: impl Fn(&DeviceRoute) -> String,
     ) -> Result<(), Error> {
-        let mut kicks: HashMap<String, (Vec<u64>, String)> = HashMap::new();
-        for old in routes {
+        let forgets = routes.iter().map(|old| {
             self.presence
                 .offline(old.user_id, &old.device_id, old.conn_id)
-                .await?;
+        });
+        futures::future::try_join_all(forgets).await?;
+        let mut kicks: HashMap<String, (Vec<u64>, String)> = HashMap::new();
+        for old in routes {
             let why = reason(&old);
             let entry = kicks.entry(old.gateway_addr).or_insert((Vec::new(), why));
             entry.0.push(old.conn_id);
@@ -229,18 +241,7 @@ impl Router {
     /// Each distinct user of `users` (1–500), in order, with the sorted platforms of their
     /// live connections (none: offline).
     pub async fn presence(&self, users: &[i64]) -> Result<Vec<(i64, Vec<String>)>, Error> {
-        if users.is_empty() || users.len() > MAX_PRESENCE_USERS {
-            return Err(Error::Invalid {
-                field: "user_ids",
-                reason: format!("must hold 1–{MAX_PRESENCE_USERS} users"),
-            });
-        }
-        if users.iter().any(|u| *u <= 0) {
-            return Err(Error::Invalid {
-                field: "user_ids",
-                reason: "must be user ids".into(),
-            });
-        }
+        checked_users(users)?;
         let mut distinct = users.to_vec();
         let mut seen = std::collections::HashSet::new();
         distinct.retain(|u| seen.insert(*u));

@@ -5,67 +5,18 @@
 //! append (an idle relay) and 16 (a busy relay's batch). Criterion's throughput is
 //! deliveries per second.
 
+mod support;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use imesh_kit::{
-    ids::Snowflake,
-    seq::{MemoryCounters, SeqAllocator, SqlCeilings},
-    testing,
-};
-use sync_svc::{
-    domain::{
-        Change, Entry, Inboxes, IncomingEvent, Mark, MemberMap, Memberships, Notifier, Parts,
-    },
-    store::sql::{Migrator, SqlInboxStore},
-};
-
-struct Nobody;
-
-#[async_trait::async_trait]
-impl Notifier for Nobody {
-    async fn deliver(&self, _: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
-        Ok(())
-    }
-
-    async fn deliver_to_groups(&self, _: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl Memberships for Nobody {
-    async fn is_member(&self, _: i64, _: i64) -> anyhow::Result<bool> {
-        Ok(true)
-    }
-
-    async fn member_map(&self, _: i64, _: bool) -> anyhow::Result<Arc<MemberMap>> {
-        Ok(Arc::default())
-    }
-}
+use imesh_kit::testing;
+use sync_svc::domain::{Change, Inboxes, IncomingEvent, Mark};
 
 async fn inboxes(backend: testing::Backend) -> Inboxes {
-    let config = testing::fresh_sql(backend).await.unwrap();
-    let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
-        .await
-        .unwrap();
-    let seqs = SeqAllocator::new(
-        Arc::new(MemoryCounters::default()),
-        Arc::new(SqlCeilings::new(db.clone())),
-        10_000,
-    );
-    Inboxes::new(
-        Arc::new(SqlInboxStore::new(db)),
-        Parts {
-            seqs: Arc::new(seqs),
-            ids: Arc::new(Snowflake::new(1)),
-            notifier: Arc::new(Nobody),
-            members: Arc::new(Nobody),
-            bits: Arc::new(sync_svc::bits::memory::MemoryBits::default()),
-            encode: sync_svc::api::ENCODERS,
-        },
-    )
+    let bits = Arc::new(sync_svc::bits::memory::MemoryBits::default());
+    support::inboxes(backend, Arc::default(), bits).await
 }
 
 fn message(group: usize, seq: i64, members: &[i64]) -> IncomingEvent {

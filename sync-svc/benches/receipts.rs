@@ -1,54 +1,25 @@
 //! Read receipts: one MarkRead whose watermark crosses 100 receipt messages (the bits set
-//! in one call, the watermark stored), on the in-process bitmaps and on Redis when
-//! `IMESH_TEST_REDIS_URL` is set; and the Redis memory one receipt message costs in
+//! in one call, the watermark stored) against one crossing 100 plain messages, on every
+//! configured SQL backend, with the in-process bitmaps and with Redis when
+//! `IMESH_TEST_REDIS_URL` is set; the bitmap write alone; and the Redis memory one receipt message costs in
 //! 200- and 2,000-member groups (printed, `MEMORY USAGE` of the arena over its messages).
 //!
 //! `cargo bench -p sync-svc --bench receipts`
+
+mod support;
 
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
-use imesh_kit::{
-    ids::Snowflake,
-    seq::{MemoryCounters, SeqAllocator, SqlCeilings},
-    testing,
-};
+use imesh_kit::testing;
 use sync_svc::{
     bits::{ReceiptBits, memory::MemoryBits, redis::RedisBits},
-    domain::{
-        Change, Entry, Inboxes, IncomingEvent, MapMember, Mark, MemberMap, Memberships, Notifier,
-        Parts, ReadMark,
-    },
-    store::sql::{Migrator, SqlInboxStore},
+    domain::{Change, Inboxes, IncomingEvent, MapMember, Mark, MemberMap, ReadMark},
 };
 
 /// Messages crossed by one watermark advance.
 const CROSSED: i64 = 100;
-
-struct Group(Arc<MemberMap>);
-
-#[async_trait::async_trait]
-impl Notifier for Group {
-    async fn deliver(&self, _: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
-        Ok(())
-    }
-
-    async fn deliver_to_groups(&self, _: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl Memberships for Group {
-    async fn is_member(&self, _: i64, _: i64) -> anyhow::Result<bool> {
-        Ok(true)
-    }
-
-    async fn member_map(&self, _: i64, _: bool) -> anyhow::Result<Arc<MemberMap>> {
-        Ok(self.0.clone())
-    }
-}
 
 /// A group of `size` members, users `1..=size` with map ids from 0.
 fn members(size: u32) -> Arc<MemberMap> {
@@ -63,27 +34,7 @@ fn members(size: u32) -> Arc<MemberMap> {
 }
 
 async fn inboxes(backend: testing::Backend, size: u32, bits: Arc<dyn ReceiptBits>) -> Inboxes {
-    let config = testing::fresh_sql(backend).await.unwrap();
-    let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
-        .await
-        .unwrap();
-    let seqs = SeqAllocator::new(
-        Arc::new(MemoryCounters::default()),
-        Arc::new(SqlCeilings::new(db.clone())),
-        10_000,
-    );
-    let group = Arc::new(Group(members(size)));
-    Inboxes::new(
-        Arc::new(SqlInboxStore::new(db)),
-        Parts {
-            seqs: Arc::new(seqs),
-            ids: Arc::new(Snowflake::new(1)),
-            notifier: group.clone(),
-            members: group,
-            bits,
-            encode: sync_svc::api::ENCODERS,
-        },
-    )
+    support::inboxes(backend, members(size), bits).await
 }
 
 /// Messages `from..from + count` of `conversation` from user 1 to every member, asking for

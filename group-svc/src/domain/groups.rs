@@ -182,9 +182,8 @@ impl Groups {
     ) -> Result<(Group, Vec<Member>), Error> {
         let users = parse_users("user_ids", users)?;
         let now = self.now(group_id).await?;
-        let names = self.nicknames(&users).await?;
-        self.change(group_id, me, &users.clone(), &move |s| {
-            rules::invite(s, &users, now).map(|c| named(c, &names))
+        self.change_adding(group_id, me, &users.clone(), &move |s| {
+            rules::invite(s, &users, now)
         })
         .await
     }
@@ -198,11 +197,8 @@ impl Groups {
     ) -> Result<(Group, Option<Member>), Error> {
         let message = parse_text("message", message, 256)?;
         let now = self.now(group_id).await?;
-        let names = self.nicknames(&[me]).await?;
         let (group, _) = self
-            .change(group_id, me, &[me], &move |s| {
-                rules::join(s, &message, now).map(|c| named(c, &names))
-            })
+            .change_adding(group_id, me, &[me], &move |s| rules::join(s, &message, now))
             .await?;
         let member = self
             .store
@@ -221,9 +217,8 @@ impl Groups {
         approve: bool,
     ) -> Result<(Group, Vec<Member>), Error> {
         let now = self.now(group_id).await?;
-        let names = self.nicknames(&[user]).await?;
-        self.change(group_id, me, &[user], &move |s| {
-            rules::review(s, user, approve, now).map(|c| named(c, &names))
+        self.change_adding(group_id, me, &[user], &move |s| {
+            rules::review(s, user, approve, now)
         })
         .await
     }
@@ -537,6 +532,20 @@ impl Groups {
             ms: imesh_kit::ids::unix_ms(),
             seq,
         })
+    }
+
+    /// [`Self::change`] for a plan that may make `users` members: their new memberships
+    /// carry their nicknames.
+    async fn change_adding(
+        &self,
+        group_id: i64,
+        me: i64,
+        users: &[i64],
+        plan: &(dyn Fn(&GroupState) -> Result<GroupChange, Error> + Send + Sync),
+    ) -> Result<(Group, Vec<Member>), Error> {
+        let names = self.nicknames(users).await?;
+        let named = |state: &GroupState| plan(state).map(|change| named(change, &names));
+        self.change(group_id, me, users, &named).await
     }
 
     async fn change(

@@ -65,17 +65,8 @@ impl Messages {
             };
             self.rates.check(user, group)?;
         }
-        if command.receipt && matches!(to, Target::User(_)) {
-            return Err(invalid(
-                "receipt",
-                "only group messages ask for read receipts; direct ones show the peer's read_seq",
-            ));
-        }
-        if command.receipt && sender == Sender::System {
-            return Err(invalid(
-                "receipt",
-                "the system account has no receipts: it is not a member",
-            ));
+        if command.receipt {
+            checked_receipt(sender, to)?;
         }
         let (conversation, gated) = self.gate(sender, to, &mentions).await?;
         let mut message = self.compose(sender, client_msg_id, conversation, content, mentions);
@@ -345,6 +336,18 @@ impl Messages {
         }
         Ok(())
     }
+}
+
+/// Only members' group messages ask for read receipts.
+fn checked_receipt(sender: Sender, to: Target) -> Result<(), Error> {
+    let refusal = match (sender, to) {
+        (_, Target::User(_)) => {
+            "only group messages ask for read receipts; direct ones show the peer's read_seq"
+        }
+        (Sender::System, _) => "the system account has no receipts: it is not a member",
+        (Sender::User(_), Target::Group(_)) => return Ok(()),
+    };
+    Err(invalid("receipt", refusal))
 }
 
 /// Mentions deduplicated and bounded; only group messages mention anyone.
