@@ -142,8 +142,8 @@ impl Router {
         Ok(sessions)
     }
 
-    /// Forgets `routes` and closes their connections, one Kick per gateway with the reason
-    /// of its first route. Best effort per gateway: one that cannot be told is logged.
+    /// Forgets `routes` and closes their connections, one Kick per gateway and reason.
+    /// Best effort per gateway: one that cannot be told is logged.
     async fn close(
         &self,
         routes: Vec<DeviceRoute>,
@@ -154,13 +154,15 @@ impl Router {
                 .offline(old.user_id, &old.device_id, old.conn_id)
         });
         futures::future::try_join_all(forgets).await?;
-        let mut kicks: HashMap<String, (Vec<u64>, String)> = HashMap::new();
+        let mut kicks: HashMap<(String, String), Vec<u64>> = HashMap::new();
         for old in routes {
             let why = reason(&old);
-            let entry = kicks.entry(old.gateway_addr).or_insert((Vec::new(), why));
-            entry.0.push(old.conn_id);
+            kicks
+                .entry((old.gateway_addr, why))
+                .or_default()
+                .push(old.conn_id);
         }
-        let calls = kicks.into_iter().map(|(addr, (conns, reason))| async move {
+        let calls = kicks.into_iter().map(|((addr, reason), conns)| async move {
             if let Err(e) = self.gateways.kick(&addr, conns, reason).await {
                 tracing::warn!(gateway = %addr, error = %format!("{e:#}"), "closing sessions failed");
             }

@@ -355,3 +355,39 @@ async fn disconnecting_users_closes_all_their_sessions_on_every_gateway() {
         })
     ));
 }
+
+#[tokio::test]
+async fn sessions_replaced_for_different_reasons_on_one_gateway_hear_each_their_own() {
+    let fleet = Arc::new(Fleet::default());
+    let router = Router::new(
+        Arc::new(MemoryPresence::default()),
+        fleet.clone(),
+        Duration::from_secs(60),
+        DevicePolicy::OnePerPlatform,
+    );
+    for device in [
+        route(1, "phone", "gw-a", 10),
+        route(1, "old-phone", "gw-a", 11),
+    ] {
+        router.online(device, &[], false).await.unwrap();
+    }
+    router
+        .online(route(1, "phone", "gw-b", 20), &[], true)
+        .await
+        .unwrap();
+    assert_eq!(
+        *fleet.kicks.lock(),
+        vec![
+            (
+                "gw-a".to_owned(),
+                vec![10],
+                "session: this device connected again".to_owned()
+            ),
+            (
+                "gw-a".to_owned(),
+                vec![11],
+                "session: signed in on another web device".to_owned()
+            ),
+        ]
+    );
+}
