@@ -173,6 +173,17 @@ impl Inboxes {
             if event.recipients.iter().any(|id| *id <= 0) {
                 return Err(invalid("events.recipient_ids", "must be user ids"));
             }
+            if let Some(mark) = &event.mark
+                && let Change::Message { receipt_bound, .. } = mark.change
+                && receipt_bound > 0
+                && (event.read_fanout_group.is_some()
+                    || reads::group_of(&mark.conversation_id).is_none())
+            {
+                return Err(invalid(
+                    "events.receipt_map_bound",
+                    "only write-fanout group messages ask for read receipts",
+                ));
+            }
         }
         let total = events.len() as u32;
         let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();

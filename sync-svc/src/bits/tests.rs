@@ -95,3 +95,21 @@ fn bits_count_from_the_most_significant_bit_of_each_byte() {
     assert!(is_set(&bytes, 0) && is_set(&bytes, 15) && !is_set(&bytes, 1));
     assert!(!is_set(&bytes, 99));
 }
+
+#[tokio::test]
+async fn redis_arenas_expire_whether_a_read_or_a_rebuild_created_them() {
+    use fred::prelude::KeysInterface as _;
+    for (name, config) in testing::redis_servers() {
+        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
+            .await
+            .unwrap();
+        let bits = redis::RedisBits::new(pool.clone(), Duration::from_secs(60));
+        let (read_first, merged_first) = (conversation(), conversation());
+        bits.set(&read_first, &[9]).await.unwrap();
+        bits.merge(&merged_first, 1, &[1]).await.unwrap();
+        for c in [read_first, merged_first] {
+            let ttl: i64 = pool.pttl(crate::keys::receipt_bits(&c)).await.unwrap();
+            assert!((1..=60_000).contains(&ttl), "{name}: {ttl} ms");
+        }
+    }
+}

@@ -390,3 +390,38 @@ async fn a_flushed_redis_arena_is_rebuilt_from_the_watermarks() {
         assert_eq!(rig.counts(&[1, 2]).await, vec![(1, 4, 4), (2, 3, 4)]);
     }
 }
+
+#[tokio::test]
+async fn receipts_outside_write_fanout_groups_are_refused_by_field_and_store_nothing() {
+    let rig = rig().await;
+    let direct = IncomingEvent {
+        mark: rig.asking(1, 1, 5).mark.map(|mark| Mark {
+            conversation_id: "d:1:2".into(),
+            ..mark
+        }),
+        ..rig.asking(1, 1, 5)
+    };
+    let read_fanout = IncomingEvent {
+        recipients: vec![],
+        read_fanout_group: Some(7),
+        ..rig.asking(2, 1, 5)
+    };
+    for event in [direct, read_fanout] {
+        let refused = rig.inboxes.append(vec![event]).await.unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                Error::Invalid {
+                    field: "events.receipt_map_bound",
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+    }
+    let stored = rig
+        .inboxes
+        .receipt_counts(Actor::User(1), &rig.conv, &[1, 2])
+        .await;
+    assert!(stored.unwrap().is_empty(), "nothing was appended");
+}
