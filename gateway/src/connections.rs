@@ -16,6 +16,10 @@ use imesh_protos::{
     sync::RawEntry,
 };
 use parking_lot::RwLock;
+use prometheus_client::{
+    metrics::{counter::Counter, gauge::Gauge},
+    registry::Registry,
+};
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -36,18 +40,43 @@ pub struct Connections {
     open: RwLock<HashMap<u64, Handle>>,
     /// Super group → the connections here whose user belongs to it.
     followers: RwLock<HashMap<i64, HashSet<u64>>>,
+    connected: Gauge,
+    queued: Counter,
+    slow: Counter,
 }
 
 impl Connections {
+    /// Reports open connections, queued pushes and slow consumers closed in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "connections",
+            "Client connections open",
+            self.connected.clone(),
+        );
+        registry.register(
+            "pushes_queued",
+            "Push frames queued to client connections",
+            self.queued.clone(),
+        );
+        registry.register(
+            "slow_connections_closed",
+            "Connections closed because their send queue was full",
+            self.slow.clone(),
+        );
+    }
+
     /// Registers a connection; returns its id (unique within this gateway process).
     pub fn insert(&self, handle: Handle) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         self.open.write().insert(id, handle);
+        self.connected.inc();
         id
     }
 
     pub fn remove(&self, id: u64) {
-        self.open.write().remove(&id);
+        if self.open.write().remove(&id).is_some() {
+            self.connected.dec();
+        }
         self.followers.write().retain(|_, conns| {
             conns.remove(&id);
             !conns.is_empty()
@@ -105,8 +134,12 @@ impl Connections {
             return false;
         };
         match handle.frames.try_send(frame) {
-            Ok(()) => true,
+            Ok(()) => {
+                self.queued.inc();
+                true
+            }
             Err(TrySendError::Full(_)) => {
+                self.slow.inc();
                 tracing::info!(conn_id = id, "send queue full: closing slow connection");
                 handle.close.cancel();
                 false

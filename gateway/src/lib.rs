@@ -151,8 +151,11 @@ impl Service {
             connections::PushApi(gateway.connections.clone()),
             InternalAuth::new(&self.auth.internal_secret),
         );
+        let mut registry = imesh_kit::metrics::registry("gateway");
+        gateway.connections.register(&mut registry);
         let grpc_server = grpc::Server::new(&self.config.grpc)
             .add_service(push)
+            .metrics(registry)
             .serve(grpc_listener, stop_grpc.clone().cancelled_owned());
         let grpc_task = tokio::spawn(grpc_server);
         // Frames are small and latency-bound: no Nagle on client connections.

@@ -18,6 +18,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
+use tracing::Instrument as _;
 
 use crate::{
     Gateway,
@@ -234,13 +235,17 @@ async fn read_frames<R>(
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
+        let span = crate::session::request_span(&frame, session.user());
         let (session, tx) = (session.clone(), tx.clone());
-        tokio::spawn(async move {
-            if let Some(reply) = session.handle(frame).await {
-                let _ = tx.send(reply).await;
+        tokio::spawn(
+            async move {
+                if let Some(reply) = session.handle(frame).await {
+                    let _ = tx.send(reply).await;
+                }
+                drop(permit);
             }
-            drop(permit);
-        });
+            .instrument(span),
+        );
     }
 }
 

@@ -59,6 +59,39 @@ pub struct Session {
     pub backends: Backends,
 }
 
+/// The span one client request is traced under (`gateway/send`, `gateway/pull`, …): the
+/// root of the trace its service calls continue.
+pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
+    use client_frame::Body as In;
+    let kind = match &frame.body {
+        None => "gateway/empty",
+        Some(In::Auth(_)) => "gateway/auth",
+        Some(In::Ping(_)) => "gateway/ping",
+        Some(In::Send(_)) => "gateway/send",
+        Some(In::Pull(_)) => "gateway/pull",
+        Some(In::History(_)) => "gateway/history",
+        Some(In::Recall(_)) => "gateway/recall",
+        Some(In::MarkRead(_)) => "gateway/mark_read",
+        Some(In::Conversations(_)) => "gateway/conversations",
+        Some(In::UpdateConversation(_)) => "gateway/update_conversation",
+        Some(In::ReceiptCounts(_)) => "gateway/receipt_counts",
+        Some(In::ReceiptReaders(_)) => "gateway/receipt_readers",
+        Some(In::Presence(_)) => "gateway/presence",
+        Some(In::Ack(_)) => "gateway/ack",
+    };
+    let span = tracing::info_span!(
+        "client",
+        otel.name = kind,
+        otel.kind = "server",
+        rpc.service = "gateway",
+        user,
+        request_id = frame.request_id,
+        trace_id = tracing::field::Empty,
+    );
+    imesh_kit::telemetry::record_trace_id(&span);
+    span
+}
+
 impl Session {
     pub fn user(&self) -> i64 {
         self.device.user_id

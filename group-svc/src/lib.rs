@@ -29,7 +29,7 @@ use imesh_kit::{
     grpc,
     identity::{Caller, InternalAuth},
     ids::Snowflake,
-    outbox::{Relay, SqlOutbox, SyncSink},
+    outbox::{Relay, RelayMetrics, SqlOutbox, SyncSink},
 };
 use imesh_protos::group::group_service_server::GroupServiceServer;
 use serde::{Deserialize, Serialize};
@@ -139,6 +139,7 @@ pub struct Service {
     auth: AuthConfig,
     api: api::GroupApi,
     relay: Relay,
+    registry: imesh_kit::metrics::Registry,
     db: sea_orm::DatabaseConnection,
     /// Applies other replicas' invalidations (Redis only).
     invalidations: Option<tokio::task::JoinHandle<()>>,
@@ -160,6 +161,9 @@ impl Service {
         ));
         let (shared, redis_url) = shared_cache(&config).await?;
         let (api, relay) = wire(&config, auth, node_id, db.clone(), (seqs, names), shared)?;
+        let mut registry = imesh_kit::metrics::registry("group-svc");
+        api.gate().register(&mut registry);
+        let relay = relay.observed(&RelayMetrics::register(&mut registry));
         let invalidations = match redis_url {
             Some(url) => {
                 let gate = api.gate();
@@ -173,6 +177,7 @@ impl Service {
             auth: auth.clone(),
             api,
             relay,
+            registry,
             db,
             invalidations,
         })
@@ -191,6 +196,7 @@ impl Service {
                 InternalAuth::new(&self.auth.internal_secret),
             ))
             .readiness(imesh_kit::sql::readiness(&self.db))
+            .metrics(self.registry)
             .serve(listener, shutdown)
             .await;
         relay.stop().await?;

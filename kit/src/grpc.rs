@@ -7,7 +7,9 @@
 //! Shutdown runs in a fixed order: health NOT_SERVING → stop accepting →
 //! drain in-flight requests within the grace period → return (the caller closes pools).
 
-use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{
+    convert::Infallible, future::Future, net::SocketAddr, pin::Pin, sync::Arc, time::Duration,
+};
 
 use tokio::net::TcpListener;
 use tonic::{
@@ -31,6 +33,7 @@ pub struct Server {
     routes: RoutesBuilder,
     names: Vec<&'static str>,
     readiness: Option<Readiness>,
+    registry: Option<crate::metrics::Registry>,
 }
 
 impl Server {
@@ -40,7 +43,14 @@ impl Server {
             routes: Routes::builder(),
             names: Vec::new(),
             readiness: None,
+            registry: None,
         }
+    }
+
+    /// Serves `registry` (the service's own metrics) at `/metrics` beside the per-RPC ones.
+    pub fn metrics(mut self, registry: crate::metrics::Registry) -> Self {
+        self.registry = Some(registry);
+        self
     }
 
     /// Mounts a tonic service; its health status follows the server's.
@@ -100,7 +110,11 @@ impl Server {
             .readiness
             .map(|probe| tokio::spawn(watch_readiness(probe, health.clone(), self.names.clone())));
 
-        let metrics = crate::metrics::Metrics::new(self.names.first().copied().unwrap_or("grpc"));
+        let service = self.names.first().copied().unwrap_or("grpc");
+        let metrics = crate::metrics::Metrics::new(
+            self.registry
+                .unwrap_or_else(|| crate::metrics::registry(service)),
+        );
         let scrape = metrics.clone();
         let router = routes.routes().into_axum_router().route(
             "/metrics",
@@ -111,7 +125,7 @@ impl Server {
             .accept_http1(true)
             .timeout(self.config.timeout())
             .tcp_nodelay(true)
-            .trace_fn(crate::telemetry::request_span)
+            .trace_fn(move |request| crate::telemetry::request_span(service, request))
             .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
                 self.config.concurrency_limit,
             ))
@@ -170,18 +184,74 @@ async fn watch_readiness(probe: Readiness, health: HealthReporter, names: Vec<&'
     }
 }
 
-/// A lazily connecting channel to another service at `host:port` (or a full `http://` URI).
+/// How often a balanced channel looks its host name up again.
+const RESOLVE_EVERY: Duration = Duration::from_secs(10);
+
+/// A lazily connecting channel to another service at `host:port` (or an `http://` URI).
+///
+/// An IP address gets one connection. A host name is resolved now and every
+/// [`RESOLVE_EVERY`], with one connection per address and calls balanced over them: behind
+/// a Kubernetes headless Service each pod is an address, where one HTTP/2 connection to a
+/// single resolved address would pin every call to one pod.
 pub fn channel(addr: &str) -> anyhow::Result<Channel> {
-    let uri = if addr.contains("://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
-    };
-    Ok(Endpoint::from_shared(uri)?
+    let authority = addr.split_once("://").map_or(addr, |(_, rest)| rest);
+    let (host, port) = authority
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow::anyhow!("{addr:?}: expected host:port"))?;
+    let port: u16 = port
+        .trim_end_matches('/')
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{addr:?}: the port is not a number"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(endpoint(&format!("http://{authority}"))?.connect_lazy());
+    }
+    let (channel, changes) = Channel::balance_channel(16);
+    tokio::spawn(follow_addresses(format!("{host}:{port}"), changes));
+    Ok(channel)
+}
+
+fn endpoint(uri: &str) -> anyhow::Result<Endpoint> {
+    Ok(Endpoint::from_shared(uri.to_owned())?
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(3))
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .connect_lazy())
+        .http2_keep_alive_interval(Duration::from_secs(30)))
+}
+
+/// Keeps `changes` in step with the addresses `name` resolves to, until the channel is gone.
+async fn follow_addresses(
+    name: String,
+    changes: tokio::sync::mpsc::Sender<tonic::transport::channel::Change<SocketAddr, Endpoint>>,
+) {
+    use tonic::transport::channel::Change;
+    let mut known = std::collections::BTreeSet::new();
+    loop {
+        match tokio::net::lookup_host(&name).await {
+            Ok(found) => {
+                let found: std::collections::BTreeSet<SocketAddr> = found.collect();
+                for gone in known.difference(&found) {
+                    if changes.send(Change::Remove(*gone)).await.is_err() {
+                        return;
+                    }
+                }
+                for new in found.difference(&known) {
+                    let Ok(endpoint) = endpoint(&format!("http://{new}")) else {
+                        continue;
+                    };
+                    if changes.send(Change::Insert(*new, endpoint)).await.is_err() {
+                        return;
+                    }
+                }
+                known = found;
+            }
+            // Keep the addresses we had: a resolver hiccup must not empty the channel.
+            Err(e) => tracing::warn!(%name, error = %e, "resolving a peer failed"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RESOLVE_EVERY) => {}
+            () = changes.closed() => return,
+        }
+    }
 }
 
 /// Resolves when the process receives SIGTERM or SIGINT.
@@ -202,4 +272,55 @@ pub async fn shutdown_signal() {
     let term = std::future::pending::<()>();
     tokio::select! { () = ctrl_c => {}, () = term => {} }
     tracing::info!("shutdown signal received");
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+    use super::*;
+
+    async fn serving() -> (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = Server::new(&GrpcConfig::on(addr));
+        (
+            addr,
+            tokio::spawn(server.serve(listener, std::future::pending())),
+        )
+    }
+
+    async fn check(channel: Channel) -> Result<(), tonic::Status> {
+        let request = HealthCheckRequest {
+            service: String::new(),
+        };
+        HealthClient::new(channel).check(request).await.map(drop)
+    }
+
+    #[tokio::test]
+    async fn a_host_name_is_resolved_and_called_through_its_addresses() {
+        let (addr, server) = serving().await;
+        check(channel(&format!("localhost:{}", addr.port())).unwrap())
+            .await
+            .unwrap();
+        check(channel(&format!("http://localhost:{}", addr.port())).unwrap())
+            .await
+            .unwrap();
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn an_ip_address_gets_one_direct_connection() {
+        let (addr, server) = serving().await;
+        check(channel(&addr.to_string()).unwrap()).await.unwrap();
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn an_address_without_a_port_is_refused_by_name() {
+        let e = channel("relation-svc").unwrap_err().to_string();
+        assert!(e.contains("relation-svc") && e.contains("host:port"), "{e}");
+        let e = channel("relation-svc:grpc").unwrap_err().to_string();
+        assert!(e.contains("port is not a number"), "{e}");
+    }
 }

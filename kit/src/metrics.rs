@@ -1,6 +1,7 @@
 //! Prometheus metrics of one gRPC server: requests and their latency per RPC, and errors per
 //! status code, recorded by a tower layer and served as text at `/metrics` on the same port
-//! (HTTP/1.1, as Prometheus scrapes).
+//! (HTTP/1.1, as Prometheus scrapes). A service registers its own metrics (connections,
+//! fanout sizes, cache hits, …) in the [`Registry`] from [`registry`] before it serves.
 
 use std::{
     sync::Arc,
@@ -12,7 +13,6 @@ use futures::future::BoxFuture;
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{counter::Counter, family::Family, histogram::Histogram},
-    registry::Registry,
 };
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -27,6 +27,21 @@ struct Method {
     method: String,
 }
 
+pub use prometheus_client::registry::Registry;
+
+/// An empty registry whose metrics are named `imesh_…` and labelled with `service`.
+pub fn registry(service: &str) -> Registry {
+    Registry::with_prefix_and_labels(
+        "imesh",
+        [("service".into(), service.to_owned().into())].into_iter(),
+    )
+}
+
+/// Buckets for counts of recipients, members or rows: 1 to 100,000.
+pub fn size_buckets() -> impl Iterator<Item = f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(1.0, 4.0, 9)
+}
+
 /// The metrics of one server; cheap to clone.
 #[derive(Clone)]
 pub struct Metrics {
@@ -36,11 +51,8 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(service: &str) -> Self {
-        let mut registry = Registry::with_prefix_and_labels(
-            "imesh",
-            [("service".into(), service.to_owned().into())].into_iter(),
-        );
+    /// Adds the per-RPC metrics to `registry` (which may already hold the service's own).
+    pub fn new(mut registry: Registry) -> Self {
         let requests = Family::<Rpc, Counter>::default();
         registry.register(
             "grpc_requests",

@@ -7,8 +7,14 @@
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use sea_orm_migration::{prelude::*, schema::*};
+use std::sync::atomic::AtomicU64;
 use tokio::sync::Notify;
 
 use crate::error::StoreError;
@@ -102,6 +108,43 @@ pub struct Relay {
     sink: Arc<dyn Sink>,
     wake: Arc<Notify>,
     batch: u64,
+    metrics: RelayMetrics,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutboxLabel {
+    table: &'static str,
+}
+
+/// What the outbox relays of one service report, labelled by table. Register once per
+/// registry and hand a clone to each relay.
+#[derive(Clone, Default)]
+pub struct RelayMetrics {
+    relayed: Family<OutboxLabel, Counter>,
+    failures: Family<OutboxLabel, Counter>,
+    lag: Family<OutboxLabel, Gauge<f64, AtomicU64>>,
+}
+
+impl RelayMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "outbox_relayed",
+            "Outbox rows handed to their sink",
+            metrics.relayed.clone(),
+        );
+        registry.register(
+            "outbox_relay_failures",
+            "Relay attempts that failed and will be retried",
+            metrics.failures.clone(),
+        );
+        registry.register(
+            "outbox_lag_seconds",
+            "Time since the outbox was last found empty (0 while the relay keeps up)",
+            metrics.lag.clone(),
+        );
+        metrics
+    }
 }
 
 /// How often the relay looks for rows nobody woke it for (e.g. left by a crash).
@@ -115,7 +158,14 @@ impl Relay {
             sink,
             wake: Arc::new(Notify::new()),
             batch,
+            metrics: RelayMetrics::default(),
         }
+    }
+
+    /// Reports into `metrics` (see [`RelayMetrics::register`]).
+    pub fn observed(mut self, metrics: &RelayMetrics) -> Self {
+        self.metrics = metrics.clone();
+        self
     }
 
     /// Call [`Notify::notify_one`] on this after committing new rows, to relay them now.
@@ -134,6 +184,10 @@ impl Relay {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut backoff = Duration::ZERO;
+        let table = OutboxLabel {
+            table: self.outbox.table,
+        };
+        let mut caught_up = std::time::Instant::now();
         loop {
             let delay = if backoff.is_zero() {
                 IDLE_POLL
@@ -145,9 +199,18 @@ impl Relay {
                 () = self.wake.notified(), if backoff.is_zero() => {}
                 () = tokio::time::sleep(delay) => {}
             }
-            backoff = match self.drain().await {
-                Ok(()) => Duration::ZERO,
+            backoff = match self.drain(&table).await {
+                Ok(()) => {
+                    caught_up = std::time::Instant::now();
+                    self.metrics.lag.get_or_create(&table).set(0.0);
+                    Duration::ZERO
+                }
                 Err(e) => {
+                    self.metrics.failures.get_or_create(&table).inc();
+                    self.metrics
+                        .lag
+                        .get_or_create(&table)
+                        .set(caught_up.elapsed().as_secs_f64());
                     let next = (backoff * 2).clamp(Duration::from_millis(50), MAX_BACKOFF);
                     tracing::warn!(error = %format!("{e:#}"), retry_in = ?next, table = self.outbox.table, "outbox relay failed");
                     next
@@ -157,7 +220,7 @@ impl Relay {
     }
 
     /// Hands over every pending row, batch by batch.
-    async fn drain(&self) -> anyhow::Result<()> {
+    async fn drain(&self, table: &OutboxLabel) -> anyhow::Result<()> {
         loop {
             let rows = self.outbox.pending(self.batch).await?;
             if rows.is_empty() {
@@ -166,6 +229,10 @@ impl Relay {
             self.sink.deliver(&rows).await?;
             let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
             self.outbox.remove(&ids).await?;
+            self.metrics
+                .relayed
+                .get_or_create(table)
+                .inc_by(ids.len() as u64);
             if (rows.len() as u64) < self.batch {
                 return Ok(());
             }

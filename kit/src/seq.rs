@@ -7,6 +7,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
+use prometheus_client::{metrics::counter::Counter, registry::Registry};
 
 use crate::error::StoreError;
 
@@ -42,6 +43,7 @@ pub struct SeqAllocator {
     step: i64,
     /// Ceilings this process knows are persisted; values up to them are safe to hand out.
     persisted: Mutex<HashMap<String, i64>>,
+    allocated: Counter,
 }
 
 impl SeqAllocator {
@@ -54,7 +56,17 @@ impl SeqAllocator {
             ceilings,
             step,
             persisted: Mutex::new(HashMap::new()),
+            allocated: Counter::default(),
         }
+    }
+
+    /// Counts allocations in `registry` as `seq_allocations`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "seq_allocations",
+            "Sequence values handed out",
+            self.allocated.clone(),
+        );
     }
 
     /// The next value of one sequence.
@@ -89,6 +101,7 @@ impl SeqAllocator {
                 *known = (*known).max(ceiling);
             }
         }
+        self.allocated.inc_by(values.len() as u64);
         Ok(values)
     }
 }

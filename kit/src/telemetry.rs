@@ -4,7 +4,7 @@
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
-use tracing_subscriber::{EnvFilter, layer::SubscriberExt, util::SubscriberInitExt};
+use tracing_subscriber::{EnvFilter, Layer as _, layer::SubscriberExt, util::SubscriberInitExt};
 
 use crate::config::TelemetryConfig;
 
@@ -22,7 +22,19 @@ impl Drop for TelemetryGuard {
     }
 }
 
-/// Installs the process-wide subscriber. Call once, first thing in `main`.
+impl TelemetryGuard {
+    /// Exports the spans that ended so far now rather than at the next batch.
+    pub fn flush(&self) {
+        if let Some(provider) = &self.0
+            && let Err(e) = provider.force_flush()
+        {
+            eprintln!("telemetry: flushing spans failed: {e}");
+        }
+    }
+}
+
+/// Installs the process-wide subscriber. Call once, first thing in `main`, inside the tokio
+/// runtime (spans are exported from it).
 pub fn init(service: &'static str, config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.log))
@@ -36,27 +48,42 @@ pub fn init(service: &'static str, config: &TelemetryConfig) -> anyhow::Result<T
             .with_tonic()
             .with_endpoint(&config.otlp_endpoint)
             .build()?;
+        // The batch processor runs on the process's tokio runtime: tonic's exporter needs
+        // its reactor, which the SDK's default processor thread does not have.
+        let processor =
+            opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
+                exporter,
+                opentelemetry_sdk::runtime::Tokio,
+            )
+            .build();
         Some(
             SdkTracerProvider::builder()
-                .with_batch_exporter(exporter)
+                .with_span_processor(processor)
                 .with_resource(Resource::builder().with_service_name(service).build())
                 .build(),
         )
     };
-    let otel = provider
-        .as_ref()
-        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
+    // The log filter is the logs' only: spans reach the exporter at info whatever it says.
+    let otel = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer(service))
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+    });
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let (plain, json) = if config.json {
-        (None, Some(tracing_subscriber::fmt::layer().json()))
+        // Each line carries the fields of its request's span, the trace id among them.
+        let json = tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false);
+        (None, Some(json))
     } else {
         (Some(tracing_subscriber::fmt::layer()), None)
     };
     tracing_subscriber::registry()
-        .with(filter)
         .with(otel)
-        .with(plain)
-        .with(json)
+        .with(plain.with_filter(filter.clone()))
+        .with(json.with_filter(filter))
         .try_init()?;
     Ok(TelemetryGuard(provider))
 }
@@ -95,15 +122,35 @@ pub fn inject_context(metadata: &mut tonic::metadata::MetadataMap) {
     });
 }
 
-/// The span of one incoming gRPC request, parented to the caller's trace when it sent one.
-pub fn request_span(request: &http::Request<()>) -> tracing::Span {
+/// The span of one incoming gRPC request to `service`, named after its method and parented
+/// to the caller's trace when it sent one.
+pub fn request_span(service: &'static str, request: &http::Request<()>) -> tracing::Span {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let span = tracing::info_span!("grpc", path = %request.uri().path());
+    let path = request.uri().path();
+    let span = tracing::info_span!(
+        "grpc",
+        otel.name = path.trim_start_matches('/'),
+        otel.kind = "server",
+        rpc.service = service,
+        trace_id = tracing::field::Empty,
+    );
     if request.headers().contains_key("traceparent") {
         let parent = opentelemetry::global::get_text_map_propagator(|p| {
             p.extract(&HeaderExtractor(request.headers()))
         });
         let _ = span.set_parent(parent);
     }
+    record_trace_id(&span);
     span
+}
+
+/// Fills `span`'s `trace_id` field (declared `Empty`) when traces are exported, so log
+/// lines written under it name their trace.
+pub fn record_trace_id(span: &tracing::Span) {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let trace_id = span.context().span().span_context().trace_id();
+    if trace_id != opentelemetry::trace::TraceId::INVALID {
+        span.record("trace_id", tracing::field::display(trace_id));
+    }
 }

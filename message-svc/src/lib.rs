@@ -26,7 +26,7 @@ use imesh_kit::{
     grpc,
     identity::{Caller, InternalAuth},
     ids::Snowflake,
-    outbox::{Relay, SqlOutbox},
+    outbox::{Relay, RelayMetrics, SqlOutbox},
     seq::{Counters, MemoryCounters, RedisCounters, SeqAllocator, SqlCeilings},
 };
 use imesh_protos::message::message_service_server::MessageServiceServer;
@@ -106,6 +106,7 @@ pub struct Service {
     auth: AuthConfig,
     messages: Arc<domain::Messages>,
     relay: Relay,
+    registry: imesh_kit::metrics::Registry,
     db: sea_orm::DatabaseConnection,
 }
 
@@ -128,11 +129,14 @@ impl Service {
         let caller = Caller::new(&auth.internal_secret)?;
         let sink =
             imesh_kit::outbox::SyncSink::new(grpc::channel(&config.sync_addr)?, caller.clone());
+        let mut registry = imesh_kit::metrics::registry("message-svc");
+        seqs.register(&mut registry);
         let relay = Relay::new(
             SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
             Arc::new(sink),
             config.outbox_batch,
-        );
+        )
+        .observed(&RelayMetrics::register(&mut registry));
         let groups = peers::GroupServiceGate::new(
             grpc::channel(&config.group_addr)?,
             caller.clone(),
@@ -171,6 +175,7 @@ impl Service {
             auth: auth.clone(),
             messages: Arc::new(messages),
             relay,
+            registry,
             db,
         })
     }
@@ -190,6 +195,7 @@ impl Service {
                 InternalAuth::new(&self.auth.internal_secret),
             ))
             .readiness(imesh_kit::sql::readiness(&self.db))
+            .metrics(self.registry)
             .serve(listener, shutdown)
             .await;
         relay.stop().await?;

@@ -53,6 +53,7 @@ impl Default for Config {
 pub struct Service {
     config: Config,
     auth: AuthConfig,
+    registry: imesh_kit::metrics::Registry,
     router: Arc<router::Router>,
     redis: Option<fred::prelude::Pool>,
 }
@@ -77,9 +78,12 @@ impl Service {
             ttl,
             config.multi_device,
         ));
+        let mut registry = imesh_kit::metrics::registry("notify-svc");
+        router.register(&mut registry);
         Ok(Self {
             config,
             auth: auth.clone(),
+            registry,
             router,
             redis,
         })
@@ -91,12 +95,12 @@ impl Service {
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
         let api = api::NotifyApi::new(self.router);
-        let mut server = grpc::Server::new(&self.config.grpc).add_service(
-            NotifyServiceServer::with_interceptor(
+        let mut server = grpc::Server::new(&self.config.grpc)
+            .add_service(NotifyServiceServer::with_interceptor(
                 api,
                 InternalAuth::new(&self.auth.internal_secret),
-            ),
-        );
+            ))
+            .metrics(self.registry);
         if let Some(pool) = self.redis.clone() {
             server = server.readiness(Arc::new(move || {
                 let pool = pool.clone();

@@ -4,7 +4,11 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use imesh_kit::error::StoreError;
+use imesh_kit::{error::StoreError, metrics::Registry};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, histogram::Histogram},
+};
 
 use crate::presence::{DeviceRoute, Presence};
 
@@ -76,6 +80,35 @@ pub struct Router {
     gateways: Arc<dyn Gateways>,
     ttl: Duration,
     policy: DevicePolicy,
+    metrics: RouterMetrics,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GatewayCall {
+    ok: bool,
+}
+
+struct RouterMetrics {
+    /// Device connections handed entries by a gateway that answered.
+    pushed: Counter,
+    /// Online device connections per delivery.
+    fanout: Histogram,
+    /// Push calls to gateways (one per gateway per delivery), by outcome.
+    calls: Family<GatewayCall, Counter>,
+}
+
+impl RouterMetrics {
+    fn new() -> Self {
+        Self {
+            pushed: Counter::default(),
+            fanout: Histogram::new(imesh_kit::metrics::size_buckets()),
+            calls: Family::default(),
+        }
+    }
+
+    fn called(&self, ok: bool) {
+        self.calls.get_or_create(&GatewayCall { ok }).inc();
+    }
 }
 
 impl Router {
@@ -90,7 +123,28 @@ impl Router {
             gateways,
             ttl,
             policy,
+            metrics: RouterMetrics::new(),
         }
+    }
+
+    /// Reports pushes, fanout sizes and gateway calls in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        let m = &self.metrics;
+        registry.register(
+            "pushed_connections",
+            "Device connections handed events by their gateway",
+            m.pushed.clone(),
+        );
+        registry.register(
+            "delivery_fanout_connections",
+            "Online device connections one delivery reached",
+            m.fanout.clone(),
+        );
+        registry.register(
+            "gateway_push_calls",
+            "Push calls to gateways, by outcome",
+            m.calls.clone(),
+        );
     }
 
     /// Records a device's route and, for its gateway, the read-fanout groups of its user.
@@ -230,6 +284,7 @@ impl Router {
         });
         let mut reached = 0;
         for (addr, result) in futures::future::join_all(calls).await {
+            self.metrics.called(result.is_ok());
             match result {
                 Ok(()) => reached += 1,
                 Err(e) => {
@@ -301,13 +356,19 @@ impl Router {
             owners.insert((route.gateway_addr.clone(), route.conn_id), route);
         }
         let devices = owners.len() as u32;
+        self.metrics.fanout.observe(f64::from(devices));
         let calls = by_gateway.into_iter().map(|(addr, pushes)| async move {
+            let count = pushes.len() as u64;
             let result = self.gateways.push(&addr, pushes).await;
-            (addr, result)
+            (addr, count, result)
         });
-        for (addr, result) in futures::future::join_all(calls).await {
+        for (addr, count, result) in futures::future::join_all(calls).await {
+            self.metrics.called(result.is_ok());
             match result {
                 Ok(gone) => {
+                    self.metrics
+                        .pushed
+                        .inc_by(count.saturating_sub(gone.len() as u64));
                     for conn in gone {
                         if let Some(route) = owners.get(&(addr.clone(), conn)) {
                             self.presence

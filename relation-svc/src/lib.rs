@@ -27,7 +27,7 @@ use imesh_kit::{
     grpc,
     identity::{Caller, InternalAuth},
     ids::Snowflake,
-    outbox::{Relay, SqlOutbox, SyncSink},
+    outbox::{Relay, RelayMetrics, SqlOutbox, SyncSink},
     token::Tokens,
 };
 use imesh_protos::relation::relation_service_server::RelationServiceServer;
@@ -161,6 +161,7 @@ pub struct Service {
     api: api::RelationApi,
     /// Relation events to sync-svc, nickname changes to group-svc.
     relays: [Relay; 2],
+    registry: imesh_kit::metrics::Registry,
     db: sea_orm::DatabaseConnection,
 }
 
@@ -178,11 +179,14 @@ impl Service {
             None => Arc::new(MemoryEdgeCache::new(cache_ttl)),
         };
         let (api, relays) = wire(&config, auth, node_id, db.clone(), shared)?;
+        let mut registry = imesh_kit::metrics::registry("relation-svc");
+        let observed = RelayMetrics::register(&mut registry);
         Ok(Self {
             api,
             config,
             auth: auth.clone(),
-            relays,
+            relays: relays.map(|relay| relay.observed(&observed)),
+            registry,
             db,
         })
     }
@@ -202,6 +206,7 @@ impl Service {
                 InternalAuth::new(&self.auth.internal_secret),
             ))
             .readiness(imesh_kit::sql::readiness(&self.db))
+            .metrics(self.registry)
             .serve(listener, shutdown)
             .await;
         events.stop().await?;

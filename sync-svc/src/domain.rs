@@ -8,7 +8,8 @@ use std::{
 };
 
 use bytes::Bytes;
-use imesh_kit::{error::StoreError, ids::Snowflake, seq::SeqAllocator};
+use imesh_kit::{error::StoreError, ids::Snowflake, metrics::Registry, seq::SeqAllocator};
+use prometheus_client::metrics::histogram::Histogram;
 
 use crate::{
     bits::ReceiptBits,
@@ -103,6 +104,8 @@ pub struct Inboxes {
     bits: Arc<dyn ReceiptBits>,
     dirty: Dirty,
     encode: Encoders,
+    /// Inbox entries written per appended event.
+    fanout: Histogram,
 }
 
 /// Encodes the live hint that a read-fanout conversation reached `latest_seq`.
@@ -146,7 +149,18 @@ impl Inboxes {
             bits,
             dirty: Dirty::default(),
             encode,
+            fanout: Histogram::new(imesh_kit::metrics::size_buckets()),
         }
+    }
+
+    /// Reports seq allocations and fanout sizes in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        self.seqs.register(registry);
+        registry.register(
+            "inbox_fanout_recipients",
+            "Inboxes one appended event was written to",
+            self.fanout.clone(),
+        );
     }
 
     /// Appends each event to its recipients' inboxes once, however often it is replayed,
@@ -213,6 +227,7 @@ impl Inboxes {
                 .collect();
             let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
             let seqs = self.seqs.next_many(&key_refs).await?;
+            self.fanout.observe(recipients.len() as f64);
             stored.push(StoredEvent {
                 id: self.ids.next_id(),
                 event_id: event.event_id,

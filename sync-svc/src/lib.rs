@@ -73,6 +73,7 @@ impl Default for Config {
 pub struct Service {
     config: Config,
     auth: AuthConfig,
+    registry: imesh_kit::metrics::Registry,
     inboxes: Arc<domain::Inboxes>,
     db: sea_orm::DatabaseConnection,
 }
@@ -116,9 +117,12 @@ impl Service {
                 encode: api::ENCODERS,
             },
         );
+        let mut registry = imesh_kit::metrics::registry("sync-svc");
+        inboxes.register(&mut registry);
         Ok(Self {
             config,
             auth: auth.clone(),
+            registry,
             inboxes: Arc::new(inboxes),
             db,
         })
@@ -147,6 +151,7 @@ impl Service {
                 InternalAuth::new(&self.auth.internal_secret),
             ))
             .readiness(imesh_kit::sql::readiness(&self.db))
+            .metrics(self.registry)
             .serve(listener, shutdown)
             .await;
         stop.cancel();

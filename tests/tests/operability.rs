@@ -173,10 +173,7 @@ async fn every_service_counts_its_calls_by_method_and_code_for_prometheus() {
         text.contains("imesh_grpc_request_duration_seconds_bucket{"),
         "{text}"
     );
-    assert!(
-        text.contains("service=\"imesh.relation.v1.RelationService\""),
-        "{text}"
-    );
+    assert!(text.contains("service=\"relation-svc\""), "{text}");
     for addr in [
         env.cluster.addrs.group,
         env.cluster.addrs.message,
@@ -194,4 +191,91 @@ async fn every_service_counts_its_calls_by_method_and_code_for_prometheus() {
         let counted = "method=\"/grpc.health.v1.Health/Check\",code=\"Ok\"} 1";
         assert!(text.contains(counted), "{addr}: {text}");
     }
+}
+
+/// The value of the first sample of `name` whose labels contain every one of `labels`.
+fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .find(|l| labels.iter().all(|label| l.contains(label)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_reports_its_own_work_for_prometheus() {
+    use imesh_kit::identity::Actor;
+    use imesh_protos::group::{CreateGroupRequest, group_service_client::GroupServiceClient};
+    let env = TestCluster::start(Stores::Embedded).await;
+    let (alice_id, alice) = env.user("alice").await;
+    let (bob_id, bob) = env.user("bob").await;
+    let mut sender = env.signed_in(&alice, "phone").await;
+    let mut reader = env.signed_in(&bob, "phone").await;
+    sender.send_text(bob_id, "m-1", "hello").await;
+    reader.next_push().await;
+    let create = CreateGroupRequest {
+        name: "ops".into(),
+        member_ids: vec![bob_id],
+        ..Default::default()
+    };
+    let group = GroupServiceClient::new(env.channel(env.cluster.addrs.group))
+        .create_group(env.caller.request(Actor::User(alice_id), create))
+        .await
+        .unwrap()
+        .into_inner()
+        .group
+        .unwrap()
+        .group_id;
+    sender.send_group_text(group, "g-1", "hi all").await;
+
+    let addrs = env.cluster.addrs;
+    let expectations: [(std::net::SocketAddr, &str, &[&str]); 9] = [
+        (
+            addrs.gateway_grpc,
+            "imesh_connections",
+            &["service=\"gateway\""],
+        ),
+        (addrs.gateway_grpc, "imesh_pushes_queued_total", &[]),
+        (addrs.message, "imesh_seq_allocations_total", &[]),
+        (
+            addrs.message,
+            "imesh_outbox_relayed_total",
+            &["table=\"message_outbox\""],
+        ),
+        (addrs.sync, "imesh_seq_allocations_total", &[]),
+        (addrs.sync, "imesh_inbox_fanout_recipients_count", &[]),
+        (addrs.notify, "imesh_pushed_connections_total", &[]),
+        (
+            addrs.notify,
+            "imesh_gateway_push_calls_total",
+            &["ok=\"true\""],
+        ),
+        (
+            addrs.group,
+            "imesh_group_cache_lookups_total",
+            &["cache=\"local\""],
+        ),
+    ];
+    for (addr, name, labels) in expectations {
+        imesh_tests::eventually(name, std::time::Duration::from_secs(10), || async move {
+            let text = scrape(addr).await;
+            sample(&text, name, labels).filter(|v| *v >= 1.0)
+        })
+        .await;
+    }
+    let gateway = scrape(addrs.gateway_grpc).await;
+    assert_eq!(
+        sample(&gateway, "imesh_connections", &[]),
+        Some(2.0),
+        "{gateway}"
+    );
+    reader.close().await;
+    imesh_tests::eventually(
+        "a closed connection",
+        std::time::Duration::from_secs(10),
+        || async {
+            let text = scrape(addrs.gateway_grpc).await;
+            (sample(&text, "imesh_connections", &[]) == Some(1.0)).then_some(())
+        },
+    )
+    .await;
 }

@@ -11,6 +11,11 @@ use std::{
 };
 
 use parking_lot::Mutex;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
+};
 
 use super::{Error, GateGroup, GateMember, Role, rules};
 use crate::{cache::GroupCache, store::GroupStore};
@@ -37,6 +42,14 @@ pub struct Gate {
     ttl: Duration,
     max_groups: usize,
     local: Mutex<HashMap<i64, Entry>>,
+    lookups: Family<Lookup, Counter>,
+}
+
+/// One cache lookup: which tier, and whether it answered.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Lookup {
+    cache: &'static str,
+    hit: bool,
 }
 
 impl Gate {
@@ -52,12 +65,28 @@ impl Gate {
             ttl,
             max_groups,
             local: Mutex::new(HashMap::new()),
+            lookups: Family::default(),
         }
+    }
+
+    /// Counts lookups per cache tier, hit or miss, in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "group_cache_lookups",
+            "Send-gate and member-set cache lookups, by tier and hit",
+            self.lookups.clone(),
+        );
+    }
+
+    fn looked_up(&self, cache: &'static str, hit: bool) {
+        self.lookups.get_or_create(&Lookup { cache, hit }).inc();
     }
 
     /// May `user` send to `group_id` now, with `needs` bits beyond SEND_MSG?
     pub async fn check(&self, group_id: i64, user: i64, needs: u32) -> Result<Allowed, Error> {
-        let (group, member) = match self.cached(group_id, user) {
+        let cached = self.cached(group_id, user);
+        self.looked_up("local", cached.is_some());
+        let (group, member) = match cached {
             Some(hit) => hit,
             None => self.load(group_id, user).await?,
         };
@@ -83,8 +112,11 @@ impl Gate {
     /// Current member ids for write fanout: shared cache, else the database (then cached).
     pub async fn member_ids(&self, group_id: i64) -> Result<Vec<i64>, Error> {
         match self.shared.member_ids(group_id).await {
-            Ok(Some(ids)) => return Ok(ids),
-            Ok(None) => {}
+            Ok(Some(ids)) => {
+                self.looked_up("member_ids", true);
+                return Ok(ids);
+            }
+            Ok(None) => self.looked_up("member_ids", false),
             Err(e) => tracing::warn!(error = %e, "group cache unavailable; reading the database"),
         }
         let ids = self.store.member_ids(group_id).await?;
@@ -127,6 +159,7 @@ impl Gate {
             tracing::warn!(error = %e, "group cache unavailable; reading the database");
             None
         });
+        self.looked_up("shared_group", shared_group.is_some());
         let group = match shared_group {
             Some(group) => group,
             None => {
@@ -136,7 +169,9 @@ impl Gate {
                 gate
             }
         };
-        let member = match self.shared.member(group_id, user).await.ok().flatten() {
+        let shared_member = self.shared.member(group_id, user).await.ok().flatten();
+        self.looked_up("shared_member", shared_member.is_some());
+        let member = match shared_member {
             Some(member) => member,
             None => {
                 let row = self
