@@ -10,6 +10,13 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .name }}
 {{- end }}
 
+{{/* Pod annotations for Prometheus servers that discover scrape targets by annotation. */}}
+{{- define "imesh.scrapeAnnotations" -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+
 {{- define "imesh.secretName" -}}
 {{- default (printf "%s-imesh" .Release.Name) .Values.existingSecret }}
 {{- end }}
