@@ -8,7 +8,9 @@ use crate::config::RedisConfig;
 
 /// Connects a pool to the configured Redis and waits until it answers.
 pub async fn connect(config: &RedisConfig, url: &str) -> anyhow::Result<Pool> {
-    let redis_config = Config::from_url(url).map_err(|e| anyhow::anyhow!("redis.url: {e}"))?;
+    let mut redis_config = Config::from_url(url).map_err(|e| anyhow::anyhow!("redis.url: {e}"))?;
+    // A span per command (`fred.command`, with its round trip) when traces are exported.
+    redis_config.tracing = TracingConfig::new(crate::telemetry::exporting());
     let pool = Builder::from_config(redis_config)
         .with_connection_config(|c| {
             c.connection_timeout = std::time::Duration::from_secs(5);

@@ -8,6 +8,14 @@ use tracing_subscriber::{EnvFilter, Layer as _, layer::SubscriberExt, util::Subs
 
 use crate::config::TelemetryConfig;
 
+/// Whether spans leave the process (set once by [`init`]): store and Redis clients only
+/// trace their calls then.
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Flushes pending spans when dropped; keep it alive for the life of the process.
 #[must_use = "spans are only exported while the guard lives"]
 pub struct TelemetryGuard(Option<SdkTracerProvider>);
@@ -36,11 +44,19 @@ impl TelemetryGuard {
 /// Installs the process-wide subscriber. Call once, first thing in `main`, inside the tokio
 /// runtime (spans are exported from it).
 pub fn init(service: &'static str, config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
-    let filter = EnvFilter::try_from_default_env()
+    let mut filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.log))
         .map_err(|e| {
             anyhow::anyhow!("telemetry.log {:?} is not a valid filter: {e}", config.log)
         })?;
+    // The SQL and Redis clients' per-call spans are for traces, not log lines; a filter
+    // that names them explicitly still gets them.
+    let named = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.clone());
+    for client in ["sea_orm", "fred"] {
+        if !named.contains(client) {
+            filter = filter.add_directive(format!("{client}=warn").parse()?);
+        }
+    }
     let provider = if config.otlp_endpoint.is_empty() {
         None
     } else {
@@ -64,6 +80,7 @@ pub fn init(service: &'static str, config: &TelemetryConfig) -> anyhow::Result<T
         )
     };
     // The log filter is the logs' only: spans reach the exporter at info whatever it says.
+    EXPORTING.store(provider.is_some(), std::sync::atomic::Ordering::Relaxed);
     let otel = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer(service))

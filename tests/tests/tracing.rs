@@ -1,6 +1,7 @@
 //! One client request is one trace: a message sent through the gateway produces spans in
-//! the gateway and in every service the send calls, each parented to its caller, exported
-//! over OTLP to a collector (here an in-process OTLP/gRPC receiver).
+//! the gateway, in every service the send calls and around their SQL and Redis calls, each
+//! parented to its caller, exported over OTLP to a collector (here an in-process OTLP/gRPC
+//! receiver). Runs on Redis and a SQL server when they are configured.
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
@@ -66,7 +67,8 @@ async fn a_send_through_the_gateway_is_one_trace_across_the_services_it_calls() 
     };
     let guard = Arc::new(telemetry::init("imesh-tests", &config).unwrap());
 
-    let env = TestCluster::start(Stores::Embedded).await;
+    let stores = *Stores::available().last().unwrap();
+    let env = TestCluster::start(stores).await;
     let (_, alice) = env.user("alice").await;
     let (bob_id, _) = env.user("bob").await;
     let mut device = env.signed_in(&alice, "phone").await;
@@ -117,6 +119,18 @@ async fn a_send_through_the_gateway_is_one_trace_across_the_services_it_calls() 
                 || ids.contains(span.parent_span_id.as_slice()),
             "{} hangs off a span outside the trace",
             span.name
+        );
+    }
+    assert!(
+        spans.iter().any(|s| s.name.starts_with("sea_orm.")),
+        "SQL calls have spans: {:?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    if stores != Stores::Embedded {
+        assert!(
+            spans.iter().any(|s| s.name == "fred.command"),
+            "Redis calls have spans: {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
         );
     }
     let services: BTreeSet<String> = spans.iter().filter_map(service_of).collect();
