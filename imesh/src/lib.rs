@@ -3,8 +3,10 @@
 //!
 //! # Layout
 //! - [`cluster`]: [`cluster::ClusterSpec`] → [`cluster::Cluster`]: bind, build, serve, stop.
-//! - `main.rs`: the command line (`imesh up`).
+//! - [`bench`]: `imesh bench`, the load tool: scenarios through a real gateway, a report.
+//! - `main.rs`: the command line (`imesh up`, `imesh bench`).
 
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod cluster;

@@ -1,4 +1,5 @@
-//! `imesh up`: every service in one process on the embedded default.
+//! `imesh up`: every service in one process on the embedded default; `imesh bench`: load
+//! through a running deployment's gateway, and a report.
 
 use std::{
     net::IpAddr,
@@ -31,6 +32,9 @@ enum Command {
         #[arg(long)]
         host: Option<IpAddr>,
     },
+    /// Drives a named scenario through a gateway with real connections and reports
+    /// throughput, send → push latency, losses and duplicates (and server cost with --pid).
+    Bench(Box<imesh::bench::Spec>),
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -59,7 +63,10 @@ impl Default for UpSettings {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let Command::Up { data, host } = cli.command;
+    let (data, host) = match cli.command {
+        Command::Up { data, host } => (data, host),
+        Command::Bench(spec) => return bench(*spec).await,
+    };
     let mut settings: UpSettings = imesh_kit::config::load(cli.config.as_deref())
         .unwrap_or_else(|e| imesh_kit::cli::exit("imesh", e));
     settings.data_dir = data.unwrap_or(settings.data_dir);
@@ -72,6 +79,19 @@ async fn main() -> anyhow::Result<()> {
     let cluster = Cluster::start(spec).await?;
     print_banner(&cluster, &auth, &settings.data_dir);
     cluster.run_until(imesh_kit::grpc::shutdown_signal()).await
+}
+
+async fn bench(spec: imesh::bench::Spec) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let report = imesh::bench::run(spec, std::io::stderr().is_terminal()).await?;
+    print!("{}", report.table());
+    anyhow::ensure!(
+        report.lost == 0 && report.duplicated == 0,
+        "{} lost and {} duplicated deliveries",
+        report.lost,
+        report.duplicated
+    );
+    Ok(())
 }
 
 /// Secrets not configured are generated once and kept in the data folder, so tokens stay

@@ -1,0 +1,65 @@
+//! What the server processes cost, read from Linux's /proc when their pids are given: CPU
+//! time (user + system, every thread), resident memory, and the kernel's memory for TCP
+//! sockets and slab objects (machine-wide, so only meaningful on a quiet machine).
+
+use std::time::Duration;
+
+/// A reading of the given processes and of the kernel.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    pub cpu: Duration,
+    pub rss_bytes: u64,
+    pub kernel_bytes: u64,
+}
+
+/// Reads `pids` now; `None` when /proc cannot tell (not Linux, a pid gone).
+pub(super) fn sample(pids: &[u32]) -> Option<Sample> {
+    let ticks_per_sec = clock_ticks()?;
+    let mut out = Sample::default();
+    for pid in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let utime: u64 = fields.get(11)?.parse().ok()?;
+        let stime: u64 = fields.get(12)?.parse().ok()?;
+        out.cpu += Duration::from_secs_f64((utime + stime) as f64 / ticks_per_sec as f64);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        out.rss_bytes += kib_field(&status, "VmRSS:")? * 1024;
+    }
+    out.kernel_bytes = kernel_bytes().unwrap_or(0);
+    Some(out)
+}
+
+/// Socket buffers (TCP pages in /proc/net/sockstat) plus slab (sockets, inodes, epoll).
+fn kernel_bytes() -> Option<u64> {
+    let sockstat = std::fs::read_to_string("/proc/net/sockstat").ok()?;
+    let tcp_pages: u64 = sockstat
+        .lines()
+        .find(|l| l.starts_with("TCP:"))?
+        .split_whitespace()
+        .skip_while(|w| *w != "mem")
+        .nth(1)?
+        .parse()
+        .ok()?;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    Some(tcp_pages * 4096 + kib_field(&meminfo, "Slab:")? * 1024)
+}
+
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| l.starts_with(name))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// USER_HZ, from `getconf` (100 on every common Linux build).
+fn clock_ticks() -> Option<u64> {
+    let out = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()?;
+    String::from_utf8(out.stdout).ok()?.trim().parse().ok()
+}

@@ -1,0 +1,116 @@
+//! Users and groups for a run, made through the admin path: relation-svc `CreateUser` and
+//! `IssueToken`, group-svc `CreateGroup` and `ImportMembers`, as the system actor with the
+//! deployment's internal credential.
+
+use futures::{StreamExt, TryStreamExt};
+use imesh_kit::identity::{Actor, Caller};
+use imesh_protos::{
+    group::{
+        CreateGroupRequest, GroupType, ImportMembersRequest,
+        group_service_client::GroupServiceClient,
+    },
+    relation::{
+        CreateUserRequest, IssueTokenRequest, relation_service_client::RelationServiceClient,
+    },
+};
+use tonic::transport::Channel;
+
+/// Admin calls in flight at once.
+const CONCURRENCY: usize = 32;
+/// Members added per ImportMembers call.
+const IMPORT_CHUNK: usize = 5_000;
+
+pub(super) struct Admin {
+    relation: RelationServiceClient<Channel>,
+    groups: GroupServiceClient<Channel>,
+    caller: Caller,
+}
+
+/// A provisioned user and a token to connect as them.
+#[derive(Clone)]
+pub struct User {
+    pub id: i64,
+    pub token: String,
+}
+
+impl Admin {
+    pub(super) fn new(relation: &str, group: &str, internal_secret: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            relation: RelationServiceClient::new(imesh_kit::grpc::channel(relation)?),
+            groups: GroupServiceClient::new(imesh_kit::grpc::channel(group)?),
+            caller: Caller::new(&imesh_kit::config::Secret::new(internal_secret.to_owned()))?,
+        })
+    }
+
+    /// `count` new users named `<run>-<i>`, each with a token.
+    pub(super) async fn users(&self, run: &str, count: usize) -> anyhow::Result<Vec<User>> {
+        futures::stream::iter(0..count)
+            .map(|i| self.user(format!("{run}-{i}")))
+            .buffered(CONCURRENCY)
+            .try_collect()
+            .await
+    }
+
+    async fn user(&self, username: String) -> anyhow::Result<User> {
+        let mut relation = self.relation.clone();
+        let create = CreateUserRequest {
+            username,
+            nickname: String::new(),
+        };
+        let created = relation
+            .create_user(self.caller.request(Actor::System, create))
+            .await?
+            .into_inner();
+        let id = created
+            .user
+            .ok_or_else(|| anyhow::anyhow!("CreateUser answered without a user"))?
+            .user_id;
+        let token = relation
+            .issue_token(
+                self.caller
+                    .request(Actor::System, IssueTokenRequest { user_id: id }),
+            )
+            .await?
+            .into_inner()
+            .token;
+        Ok(User { id, token })
+    }
+
+    /// A group owned by `members[0]` holding all of `members`; its id. Groups up to 2,000
+    /// members are normal groups (write fanout), larger ones super groups.
+    pub(super) async fn group(&self, members: &[User]) -> anyhow::Result<i64> {
+        let (owner, rest) = members
+            .split_first()
+            .ok_or_else(|| anyhow::anyhow!("a group needs an owner"))?;
+        let kind = if members.len() > 2_000 {
+            GroupType::Super
+        } else {
+            GroupType::Normal
+        };
+        let create = CreateGroupRequest {
+            name: "bench".into(),
+            r#type: kind as i32,
+            max_member: members.len().max(2) as u32,
+            ..Default::default()
+        };
+        let mut groups = self.groups.clone();
+        let group_id = groups
+            .create_group(self.caller.request(Actor::User(owner.id), create))
+            .await?
+            .into_inner()
+            .group
+            .ok_or_else(|| anyhow::anyhow!("CreateGroup answered without a group"))?
+            .group_id;
+        let ids: Vec<i64> = rest.iter().map(|u| u.id).collect();
+        for chunk in ids.chunks(IMPORT_CHUNK) {
+            let import = ImportMembersRequest {
+                group_id,
+                user_ids: chunk.to_vec(),
+            };
+            groups
+                .import_members(self.caller.request(Actor::System, import))
+                .await?;
+        }
+        Ok(group_id)
+    }
+}

@@ -1,0 +1,180 @@
+//! What one device received: each inbox entry once (by `sync_seq`), each bench message once
+//! (by `client_msg_id`; the same message under a second `sync_seq` is a duplicate), and the
+//! send → push latency of each, from the send time the sender wrote into the text.
+
+use std::{collections::HashSet, time::Instant};
+
+use hdrhistogram::Histogram;
+use imesh_protos::{
+    message::content::Kind,
+    sync::{InboxEntry, ReceiptCount, SyncEvent, sync_event},
+};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+/// Latencies are kept in microseconds, up to a minute, to three significant digits.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+/// The text a bench message carries: when it was sent, in µs since the run's anchor.
+pub fn stamp(anchor: Instant) -> String {
+    format!("t:{}", anchor.elapsed().as_micros())
+}
+
+/// What a scenario hears about as it arrives.
+#[derive(Debug)]
+pub enum Arrival {
+    /// A new bench message from someone else.
+    Message { conversation_id: String, seq: i64 },
+    /// A receipt message's read count moved (to its sender).
+    Receipt(ReceiptCount),
+}
+
+pub struct Tally {
+    user_id: i64,
+    anchor: Instant,
+    /// Bench messages are those whose `client_msg_id` starts with this.
+    run: String,
+    log: Mutex<Log>,
+    arrivals: Option<mpsc::UnboundedSender<Arrival>>,
+}
+
+#[derive(Default)]
+struct Log {
+    entries: HashSet<i64>,
+    messages: HashSet<String>,
+    /// Every entry up to here has arrived.
+    contiguous: i64,
+    pushed: u64,
+    pulled: u64,
+    duplicates: u64,
+    latency: Option<Histogram<u64>>,
+    closed_by_server: Option<String>,
+}
+
+/// A device's counts at the end of a run.
+pub struct Counts {
+    pub pushed: u64,
+    pub pulled: u64,
+    pub duplicates: u64,
+    pub latency: Histogram<u64>,
+    pub closed_by_server: Option<String>,
+}
+
+impl Tally {
+    pub fn new(
+        user_id: i64,
+        anchor: Instant,
+        run: &str,
+        arrivals: Option<mpsc::UnboundedSender<Arrival>>,
+    ) -> Self {
+        Self {
+            user_id,
+            anchor,
+            run: run.to_owned(),
+            log: Mutex::new(Log::default()),
+            arrivals,
+        }
+    }
+
+    /// Entries up to `sync_seq` were there before the run: not deliveries.
+    pub fn baseline(&self, sync_seq: i64) {
+        let mut log = self.log.lock();
+        log.contiguous = log.contiguous.max(sync_seq);
+    }
+
+    /// The cursor to ack and to pull after: every entry up to it has arrived.
+    pub fn cursor(&self) -> i64 {
+        self.log.lock().contiguous
+    }
+
+    pub fn pushed(&self, entries: Vec<InboxEntry>) {
+        for entry in entries {
+            if entry.sync_seq == 0 {
+                continue; // a live hint, not an inbox entry
+            }
+            self.take(entry.sync_seq, entry.event, false);
+        }
+    }
+
+    /// Entries a pull returned: deliveries the pushes missed, if they are new.
+    pub fn pulled(&self, entries: Vec<InboxEntry>) {
+        for entry in entries {
+            self.take(entry.sync_seq, entry.event, true);
+        }
+    }
+
+    pub fn closed_by_server(&self, why: &str) {
+        self.log.lock().closed_by_server = Some(why.to_owned());
+    }
+
+    /// New bench messages this device holds (pushed or pulled, each counted once).
+    pub fn received(&self) -> u64 {
+        let log = self.log.lock();
+        log.pushed + log.pulled
+    }
+
+    pub fn counts(&self) -> Counts {
+        let mut log = self.log.lock();
+        Counts {
+            pushed: log.pushed,
+            pulled: log.pulled,
+            duplicates: log.duplicates,
+            latency: log.latency.take().unwrap_or_else(histogram),
+            closed_by_server: log.closed_by_server.clone(),
+        }
+    }
+
+    fn take(&self, sync_seq: i64, event: Option<SyncEvent>, pulled: bool) {
+        let now_us = self.anchor.elapsed().as_micros() as u64;
+        let arrival = {
+            let mut log = self.log.lock();
+            if sync_seq <= log.contiguous && !log.entries.contains(&sync_seq) && !pulled {
+                // Before the baseline: an old entry pushed late.
+                return;
+            }
+            if !log.entries.insert(sync_seq) {
+                return;
+            }
+            while log.entries.contains(&(log.contiguous + 1)) {
+                log.contiguous += 1;
+            }
+            match event.and_then(|e| e.kind) {
+                Some(sync_event::Kind::Message(m))
+                    if m.sender_id != self.user_id && m.client_msg_id.starts_with(&self.run) =>
+                {
+                    if !log.messages.insert(m.client_msg_id.clone()) {
+                        log.duplicates += 1;
+                        return;
+                    }
+                    if pulled {
+                        log.pulled += 1;
+                    } else {
+                        log.pushed += 1;
+                        if let Some(sent_us) = sent_at(&m.content) {
+                            let latency = log.latency.get_or_insert_with(histogram);
+                            latency.saturating_record(now_us.saturating_sub(sent_us).max(1));
+                        }
+                    }
+                    Arrival::Message {
+                        conversation_id: m.conversation_id,
+                        seq: m.seq,
+                    }
+                }
+                Some(sync_event::Kind::Receipt(count)) => Arrival::Receipt(count),
+                _ => return,
+            }
+        };
+        if let Some(arrivals) = &self.arrivals {
+            let _ = arrivals.send(arrival);
+        }
+    }
+}
+
+fn sent_at(content: &Option<imesh_protos::message::Content>) -> Option<u64> {
+    match content.as_ref()?.kind.as_ref()? {
+        Kind::Text(text) => text.text.strip_prefix("t:")?.parse().ok(),
+        _ => None,
+    }
+}
