@@ -44,6 +44,8 @@ struct UpSettings {
     telemetry: TelemetryConfig,
     data_dir: PathBuf,
     host: IpAddr,
+    /// message-svc's send limits per user and group (0 turns one off, e.g. for a load run).
+    rate_limits: message_svc::RateLimitConfig,
 }
 
 impl Default for UpSettings {
@@ -56,6 +58,7 @@ impl Default for UpSettings {
             },
             data_dir: PathBuf::from("data"),
             host: IpAddr::from([127, 0, 0, 1]),
+            rate_limits: message_svc::RateLimitConfig::default(),
         }
     }
 }
@@ -76,6 +79,7 @@ async fn main() -> anyhow::Result<()> {
     let auth = dev_secrets(&settings.data_dir, settings.auth)?;
     let mut spec = ClusterSpec::embedded(&settings.data_dir, auth.clone());
     spec.host = settings.host;
+    spec.rate_limits = settings.rate_limits;
     let cluster = Cluster::start(spec).await?;
     print_banner(&cluster, &auth, &settings.data_dir);
     cluster.run_until(imesh_kit::grpc::shutdown_signal()).await

@@ -1,0 +1,171 @@
+//! `imesh bench` at tiny sizes against a real cluster: every scenario over WebSocket (and
+//! `direct` over TCP) delivers every message exactly once, reports what it measured, and
+//! rides through rate limits and reconnects.
+
+use imesh::bench::{Report, Scenario, Spec};
+use imesh_tests::{INTERNAL_SECRET, Stores, TestCluster};
+
+fn spec(env: &TestCluster, gateway: String, scenario: Scenario) -> Spec {
+    Spec {
+        gateway,
+        relation: env.cluster.addrs.relation.to_string(),
+        group: env.cluster.addrs.group.to_string(),
+        secret: INTERNAL_SECRET.into(),
+        pids: vec![std::process::id()],
+        max_secs: 60,
+        json: None,
+        connect_concurrency: 8,
+        scenario,
+    }
+}
+
+fn ws(env: &TestCluster) -> String {
+    format!("ws://{}/ws", env.cluster.addrs.gateway)
+}
+
+fn assert_exact(report: &Report) {
+    assert!(report.expected > 0, "{}", report.table());
+    assert_eq!(
+        report.pushed + report.pulled,
+        report.expected,
+        "{}",
+        report.table()
+    );
+    assert_eq!(
+        (report.lost, report.duplicated),
+        (0, 0),
+        "{}",
+        report.table()
+    );
+    assert_eq!(report.closed_by_server, 0, "{}", report.table());
+    let server = report
+        .server
+        .as_ref()
+        .expect("the test process was measured");
+    assert!(
+        server.cpu_secs > 0.0 && server.rss_bytes > 0,
+        "{}",
+        report.table()
+    );
+}
+
+async fn unlimited() -> TestCluster {
+    TestCluster::start_with(Stores::Embedded, |spec| {
+        spec.rate_limits = message_svc::RateLimitConfig {
+            user_per_sec: 0,
+            group_per_sec: 0,
+        };
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
+    let env = unlimited().await;
+    let direct = || Scenario::Direct {
+        pairs: 3,
+        messages: 5,
+        rate: 0,
+    };
+    let report = imesh::bench::run(spec(&env, ws(&env), direct()), false)
+        .await
+        .unwrap();
+    assert_exact(&report);
+    assert_eq!((report.sends, report.expected), (30, 30));
+    assert!(report.latency.count > 0 && report.latency.p99_us >= report.latency.p50_us);
+    assert_eq!(report.transport, "WebSocket");
+    let tcp = format!("tcp://{}", env.cluster.addrs.gateway_tcp);
+    let report = imesh::bench::run(spec(&env, tcp, direct()), false)
+        .await
+        .unwrap();
+    assert_exact(&report);
+    assert_eq!(report.transport, "TCP");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_receipts_and_reconnect_deliver_each_message_once() {
+    let env = unlimited().await;
+    let group = Scenario::Group {
+        size: 12,
+        groups: 2,
+        senders: 2,
+        messages: 3,
+        rate: 0,
+    };
+    let report = imesh::bench::run(spec(&env, ws(&env), group), false)
+        .await
+        .unwrap();
+    assert_exact(&report);
+    // Two senders per group, each heard by the 11 others: 2 × 3 × 11 per group.
+    assert_eq!(report.expected, 2 * 2 * 3 * 11);
+
+    let receipts = Scenario::Receipts {
+        size: 6,
+        messages: 3,
+    };
+    let report = imesh::bench::run(spec(&env, ws(&env), receipts), false)
+        .await
+        .unwrap();
+    assert_exact(&report);
+    let counted = report.receipts.as_ref().unwrap();
+    assert_eq!(
+        (counted.reads, counted.fully_read),
+        (15, 3),
+        "{}",
+        report.table()
+    );
+    assert!(counted.count_events >= 3);
+
+    let reconnect = Scenario::Reconnect {
+        pairs: 3,
+        messages: 8,
+    };
+    let report = imesh::bench::run(spec(&env, ws(&env), reconnect), false)
+        .await
+        .unwrap();
+    assert_exact(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_held_and_measured() {
+    let env = unlimited().await;
+    let path = std::env::temp_dir().join(format!("imesh-bench-idle-{}.json", std::process::id()));
+    let mut idle = spec(
+        &env,
+        ws(&env),
+        Scenario::Idle {
+            connections: 20,
+            hold_secs: 1,
+        },
+    );
+    idle.json = Some(path.clone());
+    let report = imesh::bench::run(idle, false).await.unwrap();
+    assert_eq!((report.connections, report.closed_by_server), (20, 0));
+    assert!(report.elapsed_secs >= 1.0, "{}", report.table());
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(json["scenario"], "idle");
+    assert_eq!(json["connections"], 20);
+    assert!(json["server"]["rss_bytes"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn senders_wait_out_rate_limits_and_lose_nothing() {
+    let env = TestCluster::start_with(Stores::Embedded, |spec| {
+        spec.rate_limits = message_svc::RateLimitConfig {
+            user_per_sec: 10,
+            group_per_sec: 0,
+        };
+    })
+    .await;
+    let direct = Scenario::Direct {
+        pairs: 1,
+        messages: 25,
+        rate: 0,
+    };
+    let report = imesh::bench::run(spec(&env, ws(&env), direct), false)
+        .await
+        .unwrap();
+    assert_exact(&report);
+    assert!(report.throttled > 0, "{}", report.table());
+}
