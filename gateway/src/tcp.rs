@@ -148,17 +148,21 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
             let (read, write) = socket.into_split();
             // I/O errors and EOF (a truncated frame included) end the stream; framing
             // errors are reported once, then the codec ends it.
-            let reader = FramedRead::new(read, FrameCodec::new(max))
+            let reader = FramedRead::with_capacity(read, FrameCodec::new(max), SOCKET_BUFFER)
                 .take_while(|r| future::ready(!matches!(r, Err(FramingError::Io(_)))))
                 .map(|r| match r {
                     Ok(frame) => Inbound::Frame(frame),
                     Err(e) => Inbound::Broken(e.to_string()),
                 });
-            let writer = FramedWrite::new(write, FrameCodec::new(max));
+            let writer = FramedWrite::with_capacity(write, FrameCodec::new(max), SOCKET_BUFFER);
             link::serve(Box::pin(reader), writer, gateway).await;
         });
     }
 }
+
+/// Initial read and write buffers per connection (tokio-util's default is 8 KiB each);
+/// a bigger frame grows them as it arrives.
+const SOCKET_BUFFER: usize = 2048;
 
 #[cfg(test)]
 mod tests;

@@ -26,8 +26,15 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .with_state(gateway)
 }
 
+/// Initial read and write buffers per connection. Client frames are small, so idle
+/// connections stay small; a bigger frame grows the buffer as it arrives. (tungstenite's
+/// 128 KiB default made every idle connection cost 130 KB.)
+const SOCKET_BUFFER: usize = 2048;
+
 async fn upgrade(ws: WebSocketUpgrade, State(gateway): State<Arc<Gateway>>) -> Response {
     ws.max_message_size(gateway.config.max_frame_bytes)
+        .read_buffer_size(SOCKET_BUFFER)
+        .write_buffer_size(SOCKET_BUFFER)
         .on_upgrade(move |socket| serve_socket(socket, gateway))
 }
 

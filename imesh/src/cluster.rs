@@ -76,7 +76,7 @@ impl ClusterSpec {
                 "sqlite://{}/{name}.db?mode=rwc",
                 data_dir.display()
             )),
-            max_connections: 8,
+            max_connections: 1,
         };
         Self {
             auth,

@@ -144,13 +144,25 @@ pub fn inject_context(metadata: &mut tonic::metadata::MetadataMap) {
 pub fn request_span(service: &'static str, request: &http::Request<()>) -> tracing::Span {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
     let path = request.uri().path();
-    let span = tracing::info_span!(
-        "grpc",
-        otel.name = path.trim_start_matches('/'),
-        otel.kind = "server",
-        rpc.service = service,
-        trace_id = tracing::field::Empty,
-    );
+    // Without an exporter the span only gives log lines context: at debug level, so the
+    // default filter spares every request its bookkeeping.
+    macro_rules! request_span {
+        ($level:expr) => {
+            tracing::span!(
+                $level,
+                "grpc",
+                otel.name = path.trim_start_matches('/'),
+                otel.kind = "server",
+                rpc.service = service,
+                trace_id = tracing::field::Empty,
+            )
+        };
+    }
+    let span = if exporting() {
+        request_span!(tracing::Level::INFO)
+    } else {
+        request_span!(tracing::Level::DEBUG)
+    };
     if request.headers().contains_key("traceparent") {
         let parent = opentelemetry::global::get_text_map_propagator(|p| {
             p.extract(&HeaderExtractor(request.headers()))

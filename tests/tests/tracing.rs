@@ -39,9 +39,13 @@ impl TraceService for Collector {
 }
 
 fn service_of(span: &Span) -> Option<String> {
+    attribute(span, "rpc.service")
+}
+
+fn attribute(span: &Span, key: &str) -> Option<String> {
     span.attributes
         .iter()
-        .find(|a| a.key == "rpc.service")
+        .find(|a| a.key == key)
         .and_then(|a| a.value.as_ref()?.value.as_ref())
         .and_then(|v| match v {
             Value::StringValue(s) => Some(s.clone()),
@@ -133,6 +137,10 @@ async fn a_send_through_the_gateway_is_one_trace_across_the_services_it_calls() 
             spans.iter().map(|s| &s.name).collect::<Vec<_>>()
         );
     }
+    // Log lines written under a request's span carry its trace id in the `trace_id` field.
+    let hex: String = root.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(attribute(root, "trace_id").as_deref(), Some(hex.as_str()));
+    assert_eq!(attribute(send, "trace_id").as_deref(), Some(hex.as_str()));
     let services: BTreeSet<String> = spans.iter().filter_map(service_of).collect();
     assert!(services.len() >= 3, "one trace across {services:?}");
     assert!(services.contains("gateway"), "{services:?}");

@@ -30,7 +30,7 @@ use super::{
 const DRAIN: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(10);
 /// How often devices ack their cursor.
-const ACK_EVERY: Duration = Duration::from_millis(250);
+const ACK_EVERY: Duration = Duration::from_secs(1);
 /// Below the gateway's default idle timeout (90 s).
 const HEARTBEAT: Duration = Duration::from_secs(30);
 /// The gRPC code of a rate-limited request.

@@ -5,6 +5,7 @@ use imesh_kit::{error::StoreError, outbox::OutboxRow};
 
 use crate::domain::{Message, Sent};
 
+mod commits;
 pub mod sql;
 
 /// The outbox table message-svc's relay drains.

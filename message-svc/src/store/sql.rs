@@ -11,7 +11,10 @@ use sea_orm::{
 };
 use sea_orm_migration::{prelude::*, schema::*};
 
-use super::{MessageStore, OUTBOX_TABLE};
+use super::{
+    MessageStore, OUTBOX_TABLE,
+    commits::{Append, GroupCommit},
+};
 use crate::domain::{Content, MediaKind, Mentions, Message, Sent};
 
 #[allow(unreachable_pub)]
@@ -145,12 +148,78 @@ fn to_message(m: messages::Model) -> Result<Message, StoreError> {
 #[derive(Clone)]
 pub struct SqlMessageStore {
     db: DatabaseConnection,
+    commits: GroupCommit,
 }
 
 impl SqlMessageStore {
+    /// Starts the group-commit writers on the current runtime.
     pub fn new(db: DatabaseConnection) -> Self {
-        Self { db }
+        let writers = match db.get_database_backend() {
+            sea_orm::DatabaseBackend::Sqlite => 1,
+            _ => 4,
+        };
+        Self {
+            commits: GroupCommit::spawn(db.clone(), writers),
+            db,
+        }
     }
+}
+
+/// In one transaction: every message of `batch`, each conversation's max seq raised to
+/// its newest, and every outbox event. Fails as a whole (`Conflict` on a taken key).
+pub(super) async fn write_appends(
+    db: &DatabaseConnection,
+    batch: &[Append],
+) -> Result<(), StoreError> {
+    let rows = batch.iter().map(|a| {
+        let message = &a.message;
+        let (kind, body) = encode_content(&message.content);
+        messages::ActiveModel {
+            msg_id: Set(message.msg_id),
+            conversation_id: Set(message.conversation_id.clone()),
+            seq: Set(message.seq),
+            sender_id: Set(message.sender_id),
+            client_msg_id: Set(message.client_msg_id.clone()),
+            kind: Set(kind),
+            body: Set(body),
+            mentions: Set(encode_mentions(&message.mentions)),
+            mention_all: Set(message.mentions.all),
+            receipt_bound: Set(message.receipt_bound as i32),
+            server_time_ms: Set(message.server_time_ms),
+            recalled_by: Set(0),
+            recalled_at_ms: Set(0),
+        }
+    });
+    // One row per conversation: an upsert may not touch a row twice.
+    let mut newest: std::collections::BTreeMap<&str, (i64, i64)> = Default::default();
+    for a in batch {
+        let m = &a.message;
+        let entry = newest.entry(m.conversation_id.as_str()).or_default();
+        *entry = (
+            Ord::max(entry.0, m.seq),
+            Ord::max(entry.1, m.server_time_ms),
+        );
+    }
+    let txn = db.begin().await?;
+    messages::Entity::insert_many(rows)
+        .exec_without_returning(&txn)
+        .await?;
+    let raise = imesh_kit::sql::upsert_max(
+        txn.get_database_backend(),
+        "conversations",
+        &["id", "max_seq", "updated_at_ms"],
+        &["id"],
+        &["max_seq", "updated_at_ms"],
+        newest
+            .into_iter()
+            .map(|(id, (seq, at))| vec![id.into(), seq.into(), at.into()])
+            .collect(),
+    );
+    txn.execute_raw(raise).await?;
+    let events: Vec<OutboxRow> = batch.iter().map(|a| a.event.clone()).collect();
+    outbox::insert(&txn, OUTBOX_TABLE, &events).await?;
+    txn.commit().await?;
+    Ok(())
 }
 
 #[async_trait]
@@ -175,42 +244,7 @@ impl MessageStore for SqlMessageStore {
     }
 
     async fn append(&self, message: &Message, event: OutboxRow) -> Result<(), StoreError> {
-        let (kind, body) = encode_content(&message.content);
-        let row = messages::ActiveModel {
-            msg_id: Set(message.msg_id),
-            conversation_id: Set(message.conversation_id.clone()),
-            seq: Set(message.seq),
-            sender_id: Set(message.sender_id),
-            client_msg_id: Set(message.client_msg_id.clone()),
-            kind: Set(kind),
-            body: Set(body),
-            mentions: Set(encode_mentions(&message.mentions)),
-            mention_all: Set(message.mentions.all),
-            receipt_bound: Set(message.receipt_bound as i32),
-            server_time_ms: Set(message.server_time_ms),
-            recalled_by: Set(0),
-            recalled_at_ms: Set(0),
-        };
-        let txn = self.db.begin().await?;
-        messages::Entity::insert(row)
-            .exec_without_returning(&txn)
-            .await?;
-        let raise = imesh_kit::sql::upsert_max(
-            txn.get_database_backend(),
-            "conversations",
-            &["id", "max_seq", "updated_at_ms"],
-            &["id"],
-            &["max_seq", "updated_at_ms"],
-            vec![vec![
-                message.conversation_id.clone().into(),
-                message.seq.into(),
-                message.server_time_ms.into(),
-            ]],
-        );
-        txn.execute_raw(raise).await?;
-        outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
-        txn.commit().await?;
-        Ok(())
+        self.commits.append(message.clone(), event).await
     }
 
     async fn message(
