@@ -105,6 +105,55 @@ async fn a_repeated_client_msg_id_or_seq_is_a_conflict_and_stores_nothing() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_commit_together_and_a_conflict_refuses_only_its_own() {
+    for (backend, store, outbox) in stores().await {
+        let store = std::sync::Arc::new(store);
+        // 60 sends at once, two of which repeat an earlier one's client_msg_id.
+        let appends = (1..=60).map(|seq| {
+            let store = store.clone();
+            let client_msg_id = match seq {
+                30 => "m-7".to_owned(),
+                45 => "m-12".to_owned(),
+                _ => format!("m-{seq}"),
+            };
+            tokio::spawn(async move {
+                store
+                    .append(&message(1000 + seq, seq, &client_msg_id), event(1000 + seq))
+                    .await
+            })
+        });
+        let outcomes = futures::future::join_all(appends).await;
+        let refused: Vec<i64> = (1..=60)
+            .zip(&outcomes)
+            .filter(|(_, o)| !matches!(o, Ok(Ok(()))))
+            .map(|(seq, o)| {
+                assert!(
+                    matches!(o, Ok(Err(StoreError::Conflict(_)))),
+                    "{backend:?}: seq {seq}: {o:?}"
+                );
+                seq
+            })
+            .collect();
+        // Whichever of each repeated pair came second is refused; nothing else is.
+        assert_eq!(refused.len(), 2, "{backend:?}: {refused:?}");
+        assert!(
+            [7, 30].contains(&refused[0]) && [12, 45].contains(&refused[1])
+                || [12, 45].contains(&refused[0]) && [7, 30].contains(&refused[1]),
+            "{backend:?}: {refused:?}"
+        );
+        for seq in 1..=60 {
+            let stored = store.message("d:1:2", seq).await.unwrap();
+            assert_eq!(
+                stored.is_some(),
+                !refused.contains(&seq),
+                "{backend:?}: seq {seq}"
+            );
+        }
+        assert_eq!(outbox.pending(100).await.unwrap().len(), 58, "{backend:?}");
+    }
+}
+
 #[tokio::test]
 async fn history_reads_a_seq_window_newest_first() {
     for (backend, store, _) in stores().await {
