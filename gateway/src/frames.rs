@@ -34,6 +34,13 @@ pub fn status(request_id: u64, status: &Status) -> Bytes {
     error_frame(request_id, status.code(), message, false, retry_after_ms)
 }
 
+/// A frame refused by the connection's rate limit: try again after `wait`.
+pub fn throttled(request_id: u64, per_sec: u32, wait: std::time::Duration) -> Bytes {
+    let message = format!("frames: more than {per_sec} per second on this connection");
+    let wait_ms = wait.as_millis().max(1) as u64;
+    error_frame(request_id, Code::ResourceExhausted, message, false, wait_ms)
+}
+
 fn error_frame(
     request_id: u64,
     code: Code,

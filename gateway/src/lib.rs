@@ -61,6 +61,9 @@ pub struct Config {
     /// Frames queued per connection before it counts as a slow consumer.
     pub send_queue: usize,
     pub max_frame_bytes: usize,
+    /// Frames a connection may send per second (bursts of twice that); 0 turns it off.
+    /// Frames past it are answered with RESOURCE_EXHAUSTED and the wait, and dropped.
+    pub frames_per_sec: u32,
 }
 
 impl Default for Config {
@@ -80,6 +83,7 @@ impl Default for Config {
             presence_refresh_secs: 40,
             send_queue: 256,
             max_frame_bytes: 64 * 1024,
+            frames_per_sec: 100,
         }
     }
 }

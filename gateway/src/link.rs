@@ -180,6 +180,7 @@ async fn read_frames<R>(
     R: Stream<Item = Inbound> + Unpin,
 {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+    let limit = FrameLimit::new(gateway.config.frames_per_sec);
     let idle = gateway.config.idle_timeout();
     let refresh_every = gateway.config.presence_refresh();
     let mut refreshed = Instant::now();
@@ -226,6 +227,10 @@ async fn read_frames<R>(
                 continue;
             }
         };
+        if let Err(throttled) = limit.check(frame.request_id) {
+            let _ = tx.try_send(throttled);
+            continue;
+        }
         if refreshed.elapsed() >= refresh_every {
             refreshed = Instant::now();
             let (backends, device) = (session.backends.clone(), session.device.clone());
@@ -246,6 +251,35 @@ async fn read_frames<R>(
             }
             .instrument(span),
         );
+    }
+}
+
+/// A connection's token bucket for the frames it sends (`frames_per_sec`, bursts of twice
+/// that).
+struct FrameLimit {
+    per_sec: u32,
+    bucket: Option<governor::DefaultDirectRateLimiter>,
+}
+
+impl FrameLimit {
+    fn new(per_sec: u32) -> Self {
+        let bucket = std::num::NonZeroU32::new(per_sec).map(|rate| {
+            let burst = rate.saturating_mul(std::num::NonZeroU32::MIN.saturating_add(1));
+            governor::RateLimiter::direct(governor::Quota::per_second(rate).allow_burst(burst))
+        });
+        Self { per_sec, bucket }
+    }
+
+    /// Takes one frame's token, or answers with the error frame saying how long to wait.
+    fn check(&self, request_id: u64) -> Result<(), Bytes> {
+        use governor::clock::{Clock, DefaultClock};
+        let Some(bucket) = &self.bucket else {
+            return Ok(());
+        };
+        bucket.check().map_err(|not_until| {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            frames::throttled(request_id, self.per_sec, wait)
+        })
     }
 }
 

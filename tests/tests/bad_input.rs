@@ -167,3 +167,59 @@ async fn internal_grpc_needs_the_credential_and_takes_identity_from_metadata_onl
         format!("d:{}:{}", alice.min(bob), alice.max(bob))
     );
 }
+
+#[tokio::test]
+async fn a_flooding_connection_is_told_to_wait_and_keeps_serving() {
+    let env = TestCluster::start_with(Stores::Embedded, |spec| {
+        spec.gateway.frames_per_sec = 5;
+    })
+    .await;
+    let (_, token) = env.user("flood").await;
+    let mut device = env.signed_in(&token, "phone").await;
+    // A burst of twice the rate passes; the frames past it are refused one by one.
+    let mut sent = Vec::new();
+    for _ in 0..30 {
+        sent.push(
+            device
+                .send_frame(client_frame::Body::Ping(imesh_protos::gateway::Ping {}))
+                .await,
+        );
+    }
+    let replies = device.replies(&sent).await;
+    let pongs = replies
+        .iter()
+        .filter(|r| matches!(r, Body::Pong(_)))
+        .count();
+    let waits: Vec<u64> = replies
+        .iter()
+        .filter_map(|r| match r {
+            Body::Error(e) if e.code == Code::ResourceExhausted as u32 => {
+                assert!(e.message.contains("5 per second"), "{e:?}");
+                assert!(!e.fatal, "{e:?}");
+                Some(e.retry_after_ms)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        (10..=12).contains(&pongs),
+        "a burst of 10 passes: {replies:?}"
+    );
+    assert_eq!(
+        pongs + waits.len(),
+        30,
+        "every frame is answered: {replies:?}"
+    );
+    assert!(waits.iter().all(|ms| (1..=1000).contains(ms)), "{waits:?}");
+    // The bucket refills: the same connection is served again within the wait it named.
+    let device = std::sync::Arc::new(tokio::sync::Mutex::new(device));
+    imesh_tests::eventually(
+        "a pong after the wait",
+        std::time::Duration::from_secs(2),
+        || {
+            let device = device.clone();
+            async move { matches!(device.lock().await.ping().await, Body::Pong(_)).then_some(()) }
+        },
+    )
+    .await;
+}
