@@ -19,8 +19,9 @@ use imesh_kit::{
     identity::{Actor, Caller},
     testing::{self, Backend},
 };
-use imesh_protos::relation::{
-    LoginRequest, RegisterRequest, relation_service_client::RelationServiceClient,
+use imesh_protos::{
+    group::{CreateGroupRequest, group_service_client::GroupServiceClient},
+    relation::{LoginRequest, RegisterRequest, relation_service_client::RelationServiceClient},
 };
 use tonic::transport::Channel;
 
@@ -136,6 +137,18 @@ impl TestCluster {
             .expect("login")
             .into_inner();
         (login.user.expect("user").user_id, login.token)
+    }
+
+    /// Creates the group `create` describes as `owner`; its id.
+    pub async fn create_group(&self, owner: i64, create: CreateGroupRequest) -> i64 {
+        GroupServiceClient::new(self.channel(self.cluster.addrs.group))
+            .create_group(self.caller.request(Actor::User(owner), create))
+            .await
+            .expect("group created")
+            .into_inner()
+            .group
+            .expect("the created group")
+            .group_id
     }
 
     /// A device connected to the gateway, not yet authenticated.

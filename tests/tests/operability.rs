@@ -203,8 +203,7 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_service_reports_its_own_work_for_prometheus() {
-    use imesh_kit::identity::Actor;
-    use imesh_protos::group::{CreateGroupRequest, group_service_client::GroupServiceClient};
+    use imesh_protos::group::CreateGroupRequest;
     let env = TestCluster::start(Stores::Embedded).await;
     let (alice_id, alice) = env.user("alice").await;
     let (bob_id, bob) = env.user("bob").await;
@@ -217,14 +216,7 @@ async fn every_service_reports_its_own_work_for_prometheus() {
         member_ids: vec![bob_id],
         ..Default::default()
     };
-    let group = GroupServiceClient::new(env.channel(env.cluster.addrs.group))
-        .create_group(env.caller.request(Actor::User(alice_id), create))
-        .await
-        .unwrap()
-        .into_inner()
-        .group
-        .unwrap()
-        .group_id;
+    let group = env.create_group(alice_id, create).await;
     sender.send_group_text(group, "g-1", "hi all").await;
 
     let addrs = env.cluster.addrs;

@@ -97,14 +97,7 @@ async fn scenario(stores: Stores) {
         member_ids: members.iter().map(|(id, _)| *id).collect(),
         ..CreateGroupRequest::default()
     };
-    let group = GroupServiceClient::new(env.channel(env.cluster.addrs.group))
-        .create_group(env.caller.request(Actor::User(alice), create))
-        .await
-        .unwrap()
-        .into_inner()
-        .group
-        .unwrap()
-        .group_id;
+    let group = env.create_group(alice, create).await;
     let conversation = format!("g:{group}");
     a.notice_seq(&conversation, "group.created").await;
     let Body::SendAck(sent) = a.send(asking("r-1", To::GroupId(group))).await else {
