@@ -264,7 +264,7 @@ struct FrameLimit {
 impl FrameLimit {
     fn new(per_sec: u32) -> Self {
         let bucket = std::num::NonZeroU32::new(per_sec).map(|rate| {
-            let burst = rate.saturating_mul(std::num::NonZeroU32::MIN.saturating_add(1));
+            let burst = rate.saturating_add(per_sec);
             governor::RateLimiter::direct(governor::Quota::per_second(rate).allow_burst(burst))
         });
         Self { per_sec, bucket }

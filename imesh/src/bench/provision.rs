@@ -76,20 +76,14 @@ impl Admin {
         Ok(User { id, token })
     }
 
-    /// A group owned by `members[0]` holding all of `members`; its id. Groups up to 2,000
-    /// members are normal groups (write fanout), larger ones super groups.
+    /// A normal (write-fanout) group owned by `members[0]` holding all of `members`; its id.
     pub(super) async fn group(&self, members: &[User]) -> anyhow::Result<i64> {
         let (owner, rest) = members
             .split_first()
             .ok_or_else(|| anyhow::anyhow!("a group needs an owner"))?;
-        let kind = if members.len() > 2_000 {
-            GroupType::Super
-        } else {
-            GroupType::Normal
-        };
         let create = CreateGroupRequest {
             name: "bench".into(),
-            r#type: kind as i32,
+            r#type: GroupType::Normal as i32,
             max_member: members.len().max(2) as u32,
             ..Default::default()
         };

@@ -78,12 +78,6 @@ impl Tally {
         }
     }
 
-    /// Entries up to `sync_seq` were there before the run: not deliveries.
-    pub fn baseline(&self, sync_seq: i64) {
-        let mut log = self.log.lock();
-        log.contiguous = log.contiguous.max(sync_seq);
-    }
-
     /// The cursor to ack and to pull after: every entry up to it has arrived.
     pub fn cursor(&self) -> i64 {
         self.log.lock().contiguous
@@ -130,10 +124,6 @@ impl Tally {
         let now_us = self.anchor.elapsed().as_micros() as u64;
         let arrival = {
             let mut log = self.log.lock();
-            if sync_seq <= log.contiguous && !log.entries.contains(&sync_seq) && !pulled {
-                // Before the baseline: an old entry pushed late.
-                return;
-            }
             if !log.entries.insert(sync_seq) {
                 return;
             }
