@@ -169,3 +169,33 @@ async fn senders_wait_out_rate_limits_and_lose_nothing() {
     assert_exact(&report);
     assert!(report.throttled > 0, "{}", report.table());
 }
+
+#[tokio::test]
+async fn a_bad_gateway_address_or_group_size_is_refused_by_name() {
+    let env = unlimited().await;
+    let bad_gateway = spec(
+        &env,
+        format!("http://{}", env.cluster.addrs.gateway),
+        Scenario::Idle {
+            connections: 1,
+            hold_secs: 0,
+        },
+    );
+    let e = imesh::bench::run(bad_gateway, false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--gateway") && e.contains("ws://"), "{e}");
+    let one_member = Scenario::Group {
+        size: 1,
+        groups: 1,
+        senders: 1,
+        messages: 1,
+        rate: 0,
+    };
+    let e = imesh::bench::run(spec(&env, ws(&env), one_member), false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--size 1") && e.contains("2–2,000"), "{e}");
+}
