@@ -18,8 +18,8 @@ use imesh_protos::{
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
     sync::{
         AckRequest, ConversationSettings, ConversationsRequest, ConversationsResponse,
-        MarkReadRequest, MarkReadResponse, PullRequest, PullResponse, ReceiptCountsRequest,
-        ReceiptCountsResponse, ReceiptReadersRequest, ReceiptReadersResponse,
+        MarkReadRequest, MarkReadResponse, PullRequest, PullResponse, PushSettings,
+        ReceiptCountsRequest, ReceiptCountsResponse, ReceiptReadersRequest, ReceiptReadersResponse,
         UpdateConversationRequest, sync_service_client::SyncServiceClient,
     },
 };
@@ -167,6 +167,20 @@ impl Backends {
             .sync
             .clone()
             .update_conversation(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn update_push_settings(
+        &self,
+        user: i64,
+        request: PushSettings,
+    ) -> Result<PushSettings, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .sync
+            .clone()
+            .update_push_settings(request)
             .await?
             .into_inner())
     }

@@ -24,12 +24,12 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::frames;
+use crate::{frames, window::Out};
 
 /// What the rest of the gateway holds of one connection.
 #[derive(Clone)]
 pub struct Handle {
-    pub frames: mpsc::Sender<Bytes>,
+    pub frames: mpsc::Sender<Out>,
     /// Cancelled to close the connection.
     pub close: CancellationToken,
 }
@@ -99,7 +99,7 @@ impl Connections {
         };
         let frame = frames::push(vec![RawEntry { sync_seq: 0, event }]);
         for conn in conns {
-            self.offer(conn, frame.clone());
+            self.offer(conn, Out::Frame(frame.clone()));
         }
     }
 
@@ -123,13 +123,13 @@ impl Connections {
         let Some(handle) = self.open.read().get(&id).cloned() else {
             return;
         };
-        let _ = handle.frames.try_send(frame);
+        let _ = handle.frames.try_send(Out::Frame(frame));
         handle.close.cancel();
     }
 
     /// Queues `frame` on connection `id`; false when the connection is gone or too slow
     /// (then it is closed).
-    pub fn offer(&self, id: u64, frame: Bytes) -> bool {
+    pub fn offer(&self, id: u64, frame: Out) -> bool {
         let Some(handle) = self.open.read().get(&id).cloned() else {
             return false;
         };
@@ -165,7 +165,13 @@ impl GatewayService for PushApi {
         } = request.into_inner();
         let mut gone_conn_ids = Vec::new();
         for push in pushes {
-            if !self.0.offer(push.conn_id, frames::push(push.entries)) {
+            let last_seq = push.entries.iter().map(|e| e.sync_seq).max().unwrap_or(0);
+            let frame = frames::push(push.entries);
+            let out = match last_seq {
+                0 => Out::Frame(frame),
+                last_seq => Out::Push { last_seq, frame },
+            };
+            if !self.0.offer(push.conn_id, out) {
                 gone_conn_ids.push(push.conn_id);
             }
         }

@@ -8,6 +8,7 @@
 //! - [`session`]: authentication and request dispatch of one device, transport-agnostic.
 //! - [`connections`]: the registry of open connections and the internal gRPC `Push`.
 //! - [`frames`]: building server frames (errors, replies, pass-through pushes).
+//! - [`window`]: pushes awaiting the client's ack, resent once, then given up.
 //! - [`backends`]: clients of message-, sync- and notify-svc.
 //! - [`Service`]: builds all of it from [`Config`] and serves both listeners.
 
@@ -19,6 +20,7 @@ pub mod frames;
 pub mod link;
 pub mod session;
 pub mod tcp;
+pub mod window;
 pub mod ws;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -60,6 +62,11 @@ pub struct Config {
     pub presence_refresh_secs: u64,
     /// Frames queued per connection before it counts as a slow consumer.
     pub send_queue: usize,
+    /// Pushes a connection may leave unacknowledged; one more closes it (it resyncs).
+    pub unacked_window: usize,
+    /// How long a push waits for its ack before it is resent once (and, after another
+    /// wait, the connection is closed).
+    pub ack_timeout_ms: u64,
     pub max_frame_bytes: usize,
     /// Frames a connection may send per second (bursts of twice that); 0 turns it off.
     /// Frames past it are answered with RESOURCE_EXHAUSTED and the wait, and dropped.
@@ -82,6 +89,8 @@ impl Default for Config {
             idle_timeout_secs: 90,
             presence_refresh_secs: 40,
             send_queue: 256,
+            unacked_window: 256,
+            ack_timeout_ms: 10_000,
             max_frame_bytes: 64 * 1024,
             frames_per_sec: 100,
         }
@@ -95,6 +104,10 @@ impl Config {
 
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    pub fn ack_timeout(&self) -> Duration {
+        Duration::from_millis(self.ack_timeout_ms)
     }
 
     pub fn presence_refresh(&self) -> Duration {

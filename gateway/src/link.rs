@@ -25,6 +25,7 @@ use crate::{
     connections::Handle,
     frames,
     session::{self, Session},
+    window::{GiveUp, Out, Window},
 };
 
 /// Most frames written in one flush when a burst is queued.
@@ -54,7 +55,8 @@ where
 {
     let (tx, rx) = mpsc::channel(gateway.config.send_queue);
     let close = CancellationToken::new();
-    let writer = tokio::spawn(write_frames(writer, rx, close.clone()));
+    let window = Window::new(gateway.config.unacked_window, gateway.config.ack_timeout());
+    let writer = tokio::spawn(write_frames(writer, rx, window, close.clone()));
     if let Some((request_id, user, auth)) = authenticated(&mut reader, &gateway, &tx).await {
         run(reader, &gateway, &tx, &close, request_id, user, auth).await;
     }
@@ -66,7 +68,7 @@ where
 async fn authenticated<R>(
     reader: &mut R,
     gateway: &Gateway,
-    tx: &mpsc::Sender<Bytes>,
+    tx: &mpsc::Sender<Out>,
 ) -> Option<(u64, i64, pb::Auth)>
 where
     R: Stream<Item = Inbound> + Unpin,
@@ -102,7 +104,7 @@ where
     match checked {
         Ok(ok) => Some(ok),
         Err(frame) => {
-            let _ = tx.send(frame).await;
+            let _ = tx.send(Out::Frame(frame)).await;
             None
         }
     }
@@ -111,7 +113,7 @@ where
 async fn run<R>(
     mut reader: R,
     gateway: &Gateway,
-    tx: &mpsc::Sender<Bytes>,
+    tx: &mpsc::Sender<Out>,
     close: &CancellationToken,
     request_id: u64,
     user: i64,
@@ -147,7 +149,9 @@ async fn run<R>(
         user_id: user,
         connection_id: conn_id,
     });
-    let _ = tx.send(frames::encode(request_id, auth_ok)).await;
+    let _ = tx
+        .send(Out::Frame(frames::encode(request_id, auth_ok)))
+        .await;
     match gateway
         .backends
         .online(device.clone(), super_groups.to_vec(), true)
@@ -156,12 +160,15 @@ async fn run<R>(
         Ok(()) => read_frames(&mut reader, &session, tx, close, gateway).await,
         Err(status) => {
             tracing::warn!(error = %status, "registering presence failed");
-            let _ = tx.try_send(frames::error(
-                0,
-                Code::Unavailable,
-                "presence unavailable; reconnect later",
-                true,
-            ));
+            say(
+                tx,
+                frames::error(
+                    0,
+                    Code::Unavailable,
+                    "presence unavailable; reconnect later",
+                    true,
+                ),
+            );
         }
     }
     gateway.connections.remove(conn_id);
@@ -173,7 +180,7 @@ async fn run<R>(
 async fn read_frames<R>(
     reader: &mut R,
     session: &Session,
-    tx: &mpsc::Sender<Bytes>,
+    tx: &mpsc::Sender<Out>,
     close: &CancellationToken,
     gateway: &Gateway,
 ) where
@@ -188,29 +195,32 @@ async fn read_frames<R>(
         let inbound = tokio::select! {
             () = close.cancelled() => return,
             () = gateway.draining.cancelled() => {
-                let _ = tx.try_send(frames::error(0, Code::Unavailable, "gateway shutting down; reconnect", true));
+                say(tx, frames::error(0, Code::Unavailable, "gateway shutting down; reconnect", true));
                 return;
             }
             inbound = tokio::time::timeout(idle, reader.next()) => inbound,
         };
         let frame = match inbound {
             Err(_) => {
-                let _ = tx.try_send(frames::error(
-                    0,
-                    Code::DeadlineExceeded,
-                    format!("idle: no frame for {idle:?}"),
-                    true,
-                ));
+                say(
+                    tx,
+                    frames::error(
+                        0,
+                        Code::DeadlineExceeded,
+                        format!("idle: no frame for {idle:?}"),
+                        true,
+                    ),
+                );
                 return;
             }
             Ok(None) => return,
             Ok(Some(Inbound::Alive)) => continue,
             Ok(Some(Inbound::Refused(why))) => {
-                let _ = tx.try_send(frames::error(0, Code::InvalidArgument, why, false));
+                say(tx, frames::error(0, Code::InvalidArgument, why, false));
                 continue;
             }
             Ok(Some(Inbound::Broken(why))) => {
-                let _ = tx.try_send(frames::error(0, Code::InvalidArgument, why, true));
+                say(tx, frames::error(0, Code::InvalidArgument, why, true));
                 return;
             }
             Ok(Some(Inbound::Frame(frame))) => frame,
@@ -218,18 +228,24 @@ async fn read_frames<R>(
         let frame = match pb::ClientFrame::decode(frame) {
             Ok(frame) => frame,
             Err(e) => {
-                let _ = tx.try_send(frames::error(
-                    0,
-                    Code::InvalidArgument,
-                    format!("frame: not a ClientFrame ({e})"),
-                    false,
-                ));
+                say(
+                    tx,
+                    frames::error(
+                        0,
+                        Code::InvalidArgument,
+                        format!("frame: not a ClientFrame ({e})"),
+                        false,
+                    ),
+                );
                 continue;
             }
         };
         if let Err(throttled) = limit.check(frame.request_id) {
-            let _ = tx.try_send(throttled);
+            say(tx, throttled);
             continue;
+        }
+        if let Some(pb::client_frame::Body::Ack(pb::Ack { sync_seq })) = &frame.body {
+            let _ = tx.try_send(Out::Acked(*sync_seq));
         }
         if refreshed.elapsed() >= refresh_every {
             refreshed = Instant::now();
@@ -245,13 +261,19 @@ async fn read_frames<R>(
         tokio::spawn(
             async move {
                 if let Some(reply) = session.handle(frame).await {
-                    let _ = tx.send(reply).await;
+                    let _ = tx.send(Out::Frame(reply)).await;
                 }
                 drop(permit);
             }
             .instrument(span),
         );
     }
+}
+
+/// Queues a frame for the client unless the queue is full (a connection that far behind
+/// is closing anyway).
+fn say(tx: &mpsc::Sender<Out>, frame: Bytes) {
+    let _ = tx.try_send(Out::Frame(frame));
 }
 
 /// A connection's token bucket for the frames it sends (`frames_per_sec`, bursts of twice
@@ -283,37 +305,106 @@ impl FrameLimit {
     }
 }
 
-/// Writes queued frames, several per flush when a burst is waiting; after `close`, writes
-/// what is still queued (e.g. a final error frame) and closes the sink.
-async fn write_frames<W>(mut sink: W, mut rx: mpsc::Receiver<Bytes>, close: CancellationToken)
-where
+/// Writes queued frames, several per flush when a burst is waiting, keeping pushes in the
+/// `window` until acknowledged (resent once when their ack is late; the connection is
+/// closed when that fails too or the window overflows). After `close`, writes what is
+/// still queued (e.g. a final error frame) and closes the sink.
+async fn write_frames<W>(
+    mut sink: W,
+    mut rx: mpsc::Receiver<Out>,
+    mut window: Window,
+    close: CancellationToken,
+) where
     W: Sink<Bytes> + Unpin,
 {
     let closing = loop {
-        let frame = tokio::select! {
-            frame = rx.recv() => frame,
+        let due = window.due();
+        let out = tokio::select! {
+            out = rx.recv() => out,
             () = close.cancelled() => break true,
+            () = sleep_until(due), if due.is_some() => {
+                let written = match window.expire(Instant::now()) {
+                    Ok(resend) => write_all(&mut sink, resend).await,
+                    Err(why) => return give_up(sink, &close, why).await,
+                };
+                if written.is_err() {
+                    return;
+                }
+                continue;
+            }
         };
-        let Some(frame) = frame else { break false };
-        if sink.feed(frame).await.is_err() {
-            return;
-        }
-        for _ in 1..WRITE_BATCH {
-            let Ok(frame) = rx.try_recv() else { break };
-            if sink.feed(frame).await.is_err() {
-                return;
+        let Some(out) = out else { break false };
+        let mut batch = Vec::new();
+        let mut next = Some(out);
+        while let Some(out) = next.take() {
+            match out {
+                Out::Frame(frame) => batch.push(frame),
+                Out::Push { last_seq, frame } => {
+                    if let Err(why) = window.sent(last_seq, frame.clone(), Instant::now()) {
+                        return give_up(sink, &close, why).await;
+                    }
+                    batch.push(frame);
+                }
+                Out::Acked(sync_seq) => window.acked(sync_seq),
+            }
+            if batch.len() < WRITE_BATCH {
+                next = rx.try_recv().ok();
             }
         }
-        if sink.flush().await.is_err() {
+        if write_all(&mut sink, batch).await.is_err() {
             return;
         }
     };
     if closing {
-        while let Ok(frame) = rx.try_recv() {
-            if sink.feed(frame).await.is_err() {
+        while let Ok(out) = rx.try_recv() {
+            if let Out::Frame(frame) | Out::Push { frame, .. } = out
+                && sink.feed(frame).await.is_err()
+            {
                 return;
             }
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+}
+
+/// Writes `frames` with one flush; `Err` when the connection is gone.
+async fn write_all<W>(sink: &mut W, frames: Vec<Bytes>) -> Result<(), W::Error>
+where
+    W: Sink<Bytes> + Unpin,
+{
+    if frames.is_empty() {
+        return Ok(());
+    }
+    for frame in frames {
+        sink.feed(frame).await?;
+    }
+    sink.flush().await
+}
+
+/// Closes a connection whose client does not ack, telling it why: it reconnects and
+/// pulls after its cursor.
+async fn give_up<W>(mut sink: W, close: &CancellationToken, why: GiveUp)
+where
+    W: Sink<Bytes> + Unpin,
+{
+    let why = match why {
+        GiveUp::Full(n) => {
+            format!("ack: more than {n} pushes unacknowledged; pull after your cursor")
+        }
+        GiveUp::Unacked => {
+            "ack: pushes unacknowledged after a resend; pull after your cursor".to_owned()
+        }
+    };
+    tracing::info!(reason = %why, "closing a connection that does not ack");
+    close.cancel();
+    let fatal = frames::error(0, Code::DeadlineExceeded, why, true);
+    if write_all(&mut sink, vec![fatal]).await.is_ok() {
+        let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+    }
+}
+
+async fn sleep_until(due: Option<Instant>) {
+    if let Some(due) = due {
+        tokio::time::sleep_until(due).await;
+    }
 }

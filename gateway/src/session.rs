@@ -81,6 +81,7 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
         Some(In::ReceiptCounts(_)) => "gateway/receipt_counts",
         Some(In::ReceiptReaders(_)) => "gateway/receipt_readers",
         Some(In::Presence(_)) => "gateway/presence",
+        Some(In::PushSettings(_)) => "gateway/push_settings",
         Some(In::Ack(_)) => "gateway/ack",
     };
     let span = tracing::info_span!(
@@ -173,6 +174,11 @@ impl Session {
                 .presence(self.user(), request)
                 .await
                 .map(Body::Presence),
+            Some(In::PushSettings(request)) => self
+                .backends
+                .update_push_settings(self.user(), request)
+                .await
+                .map(Body::PushSettings),
             Some(In::Ack(pb::Ack { sync_seq })) => {
                 return match self
                     .backends

@@ -65,6 +65,8 @@ pub struct ClusterSpec {
     pub gateway: gateway::Config,
     /// message-svc's send rate limits (load tools turn them off).
     pub rate_limits: message_svc::RateLimitConfig,
+    /// notify-svc's offline push (off unless a webhook URL is set).
+    pub offline_push: notify_svc::offline::Config,
 }
 
 impl ClusterSpec {
@@ -89,6 +91,7 @@ impl ClusterSpec {
             redis: RedisConfig::default(),
             gateway: gateway::Config::default(),
             rate_limits: message_svc::RateLimitConfig::default(),
+            offline_push: notify_svc::offline::Config::default(),
         }
     }
 }
@@ -203,6 +206,8 @@ impl Cluster {
             notify_svc::Config {
                 grpc: grpc(addrs.notify),
                 redis: spec.redis.clone(),
+                sync_addr: addrs.sync.to_string(),
+                offline_push: spec.offline_push.clone(),
                 ..Default::default()
             },
             auth,

@@ -46,6 +46,8 @@ struct UpSettings {
     host: IpAddr,
     /// message-svc's send limits per user and group (0 turns one off, e.g. for a load run).
     rate_limits: message_svc::RateLimitConfig,
+    /// Offline push to a webhook for users with no live connection (off without a URL).
+    offline_push: notify_svc::offline::Config,
 }
 
 impl Default for UpSettings {
@@ -59,6 +61,7 @@ impl Default for UpSettings {
             data_dir: PathBuf::from("data"),
             host: IpAddr::from([127, 0, 0, 1]),
             rate_limits: message_svc::RateLimitConfig::default(),
+            offline_push: notify_svc::offline::Config::default(),
         }
     }
 }
@@ -80,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
     let mut spec = ClusterSpec::embedded(&settings.data_dir, auth.clone());
     spec.host = settings.host;
     spec.rate_limits = settings.rate_limits;
+    spec.offline_push = settings.offline_push;
     let cluster = Cluster::start(spec).await?;
     print_banner(&cluster, &auth, &settings.data_dir);
     cluster.run_until(imesh_kit::grpc::shutdown_signal()).await

@@ -5,14 +5,19 @@
 //! - [`router`]: the routing domain: presence lookups grouped into one Push per gateway.
 //! - [`presence`]: the [`presence::Presence`] port with in-process and Redis adapters.
 //! - [`gateways`]: the gRPC client fleet that calls each gateway's `Push`.
+//! - [`offline`]: offline push for users with no live connection, through a [`webhook`],
+//!   as sync-svc decides over [`targets`] (muted conversations, quiet hours, badge).
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod gateways;
+pub mod offline;
 pub mod presence;
 pub mod router;
+pub mod targets;
+pub mod webhook;
 
 use std::{sync::Arc, time::Duration};
 
@@ -36,6 +41,9 @@ pub struct Config {
     /// `one_per_platform` (a new login closes the user's other device on that platform)
     /// or `unlimited`.
     pub multi_device: router::DevicePolicy,
+    /// sync-svc, which decides offline pushes.
+    pub sync_addr: String,
+    pub offline_push: offline::Config,
 }
 
 impl Default for Config {
@@ -45,6 +53,8 @@ impl Default for Config {
             redis: RedisConfig::default(),
             presence_ttl_secs: 120,
             multi_device: router::DevicePolicy::default(),
+            sync_addr: "127.0.0.1:50054".into(),
+            offline_push: offline::Config::default(),
         }
     }
 }
@@ -70,14 +80,20 @@ impl Service {
             }
             None => (Arc::new(presence::MemoryPresence::default()), None),
         };
-        let gateways = gateways::GrpcGateways::new(Caller::new(&auth.internal_secret)?);
+        let caller = Caller::new(&auth.internal_secret)?;
+        let gateways = gateways::GrpcGateways::new(caller.clone());
         let ttl = Duration::from_secs(config.presence_ttl_secs);
-        let router = Arc::new(router::Router::new(
-            presence,
-            Arc::new(gateways),
-            ttl,
-            config.multi_device,
-        ));
+        let mut router =
+            router::Router::new(presence, Arc::new(gateways), ttl, config.multi_device);
+        let push = &config.offline_push;
+        if !push.webhook_url.is_empty() {
+            let webhook =
+                webhook::Webhook::new(&push.webhook_url, Duration::from_millis(push.timeout_ms))?;
+            let targets = targets::SyncTargets::new(caller, &config.sync_addr)?;
+            let offline = offline::OfflinePush::start(push, Arc::new(targets), Arc::new(webhook));
+            router = router.with_offline_push(offline);
+        }
+        let router = Arc::new(router);
         let mut registry = imesh_kit::metrics::registry("notify-svc");
         router.register(&mut registry);
         Ok(Self {

@@ -10,7 +10,10 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, histogram::Histogram},
 };
 
-use crate::presence::{DeviceRoute, Presence};
+use crate::{
+    offline::OfflinePush,
+    presence::{DeviceRoute, Presence},
+};
 
 /// Most users one presence query names.
 pub const MAX_PRESENCE_USERS: usize = 500;
@@ -81,6 +84,8 @@ pub struct Router {
     ttl: Duration,
     policy: DevicePolicy,
     metrics: RouterMetrics,
+    /// Where the entries of users with no live connection go; `None`: offline push is off.
+    offline: Option<OfflinePush>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -124,7 +129,14 @@ impl Router {
             ttl,
             policy,
             metrics: RouterMetrics::new(),
+            offline: None,
         }
+    }
+
+    /// Hands the entries of users with no live connection to `offline`.
+    pub fn with_offline_push(mut self, offline: OfflinePush) -> Self {
+        self.offline = Some(offline);
+        self
     }
 
     /// Reports pushes, fanout sizes and gateway calls in `registry`.
@@ -145,6 +157,9 @@ impl Router {
             "Push calls to gateways, by outcome",
             m.calls.clone(),
         );
+        if let Some(offline) = &self.offline {
+            offline.register(registry);
+        }
     }
 
     /// Records a device's route and, for its gateway, the read-fanout groups of its user.
@@ -354,6 +369,10 @@ impl Router {
                     entries,
                 });
             owners.insert((route.gateway_addr.clone(), route.conn_id), route);
+        }
+        // What is left belongs to users with no live connection.
+        if let Some(offline) = &self.offline {
+            offline.offer(by_user.into_iter().collect());
         }
         let devices = owners.len() as u32;
         self.metrics.fanout.observe(f64::from(devices));

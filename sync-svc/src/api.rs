@@ -8,8 +8,8 @@ use prost::Message as _;
 use tonic::{Request, Response, Status};
 
 use crate::domain::{
-    Change, ConversationView, Entry, Error, Inboxes, IncomingEvent, Mark, ReadMark, ReceiptCount,
-    Settings,
+    Change, ConversationView, Entry, Error, Inboxes, IncomingEvent, Mark, Preview, PushSettings,
+    ReadMark, ReceiptCount, Settings,
 };
 
 pub struct SyncApi {
@@ -188,6 +188,75 @@ impl SyncService for SyncApi {
             user_ids,
             next_cursor,
         }))
+    }
+
+    async fn update_push_settings(
+        &self,
+        request: Request<pb::PushSettings>,
+    ) -> Result<Response<pb::PushSettings>, Status> {
+        let user = identity::actor(&request)?.user()?;
+        let pb::PushSettings {
+            quiet_start_min,
+            quiet_end_min,
+            utc_offset_min,
+            preview,
+        } = request.into_inner();
+        let settings = PushSettings::parse(quiet_start_min, quiet_end_min, utc_offset_min, preview)
+            .map_err(status)?;
+        let stored = self
+            .inboxes
+            .update_push_settings(user, settings)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(push_settings_to_proto(stored)))
+    }
+
+    async fn offline_targets(
+        &self,
+        request: Request<pb::OfflineTargetsRequest>,
+    ) -> Result<Response<pb::OfflineTargetsResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let targets = request
+            .into_inner()
+            .targets
+            .into_iter()
+            .map(|t| (t.user_id, t.conversation_id))
+            .collect();
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let decisions = self
+            .inboxes
+            .offline_targets(targets, now_ms)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::OfflineTargetsResponse {
+            decisions: decisions
+                .into_iter()
+                .map(|d| pb::OfflineDecision {
+                    user_id: d.user,
+                    conversation_id: d.conversation_id,
+                    push: d.push,
+                    badge: d.badge,
+                    preview: preview_to_proto(d.preview) as i32,
+                })
+                .collect(),
+        }))
+    }
+}
+
+fn push_settings_to_proto(settings: PushSettings) -> pb::PushSettings {
+    pb::PushSettings {
+        quiet_start_min: settings.quiet_start_min.into(),
+        quiet_end_min: settings.quiet_end_min.into(),
+        utc_offset_min: settings.utc_offset_min.into(),
+        preview: preview_to_proto(settings.preview) as i32,
+    }
+}
+
+fn preview_to_proto(preview: Preview) -> pb::Preview {
+    match preview {
+        Preview::Full => pb::Preview::Full,
+        Preview::Sender => pb::Preview::Sender,
+        Preview::Hidden => pb::Preview::Hidden,
     }
 }
 

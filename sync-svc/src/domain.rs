@@ -16,9 +16,11 @@ use crate::{
     store::{InboxStore, StoredEvent},
 };
 
+mod push;
 mod reads;
 mod receipts;
 
+pub use push::{MAX_OFFLINE_TARGETS, OfflineDecision, Preview, PushSettings};
 pub use reads::{
     Change, ConversationPage, ConversationView, Cursor, EncodeRead, EncodeSettings, Mark, ReadMark,
     Settings,

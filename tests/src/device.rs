@@ -335,6 +335,11 @@ impl Device {
         }
     }
 
+    /// Pushed entries read so far but not taken by [`Device::next_push`].
+    pub fn take_pushes(&mut self) -> Vec<InboxEntry> {
+        self.pushes.drain(..).collect()
+    }
+
     /// Frames other than replies and pushes seen so far (e.g. unsolicited errors).
     pub fn take_unsolicited(&mut self) -> Vec<ServerFrame> {
         self.unsolicited.drain(..).collect()
@@ -396,5 +401,6 @@ fn body_field(body: &Body) -> u16 {
         Body::ReceiptCounts(_) => 13,
         Body::ReceiptReaders(_) => 14,
         Body::Presence(_) => 15,
+        Body::PushSettings(_) => 16,
     }
 }

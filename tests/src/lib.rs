@@ -21,6 +21,10 @@ use imesh_kit::{
 };
 use imesh_protos::{
     group::{CreateGroupRequest, group_service_client::GroupServiceClient},
+    message::{
+        Content, SendRequest, SendResponse, Text, content,
+        message_service_client::MessageServiceClient, send_request,
+    },
     relation::{LoginRequest, RegisterRequest, relation_service_client::RelationServiceClient},
 };
 use tonic::transport::Channel;
@@ -92,6 +96,8 @@ impl TestCluster {
             Stores::Embedded => RedisConfig::default(),
             _ => testing::redis().expect("redis for this store set"),
         };
+        // Test devices ack only in the tests about acks: give the others' pushes time.
+        spec.gateway.ack_timeout_ms = 60_000;
         adjust(&mut spec);
         let cluster = Cluster::start(spec).await.expect("cluster starts");
         let caller = Caller::new(&auth.internal_secret).unwrap();
@@ -151,6 +157,29 @@ impl TestCluster {
             .group_id
     }
 
+    /// Sends a text from `from` to user `to` over gRPC, as a service would.
+    pub async fn send_text(
+        &self,
+        from: i64,
+        to: i64,
+        client_msg_id: &str,
+        text: &str,
+    ) -> SendResponse {
+        let send = SendRequest {
+            client_msg_id: client_msg_id.into(),
+            to: Some(send_request::To::UserId(to)),
+            content: Some(Content {
+                kind: Some(content::Kind::Text(Text { text: text.into() })),
+            }),
+            ..SendRequest::default()
+        };
+        MessageServiceClient::new(self.channel(self.cluster.addrs.message))
+            .send(self.caller.request(Actor::User(from), send))
+            .await
+            .expect("sent")
+            .into_inner()
+    }
+
     /// A device connected to the gateway, not yet authenticated.
     pub async fn device(&self) -> Device {
         Device::connect(self.cluster.addrs.gateway).await
@@ -186,6 +215,20 @@ where
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// What Prometheus scrapes: `/metrics` over HTTP/1.1 on a service's gRPC port.
+pub async fn scrape(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: imesh\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
 }
 
 /// How long a test waits for something that should take milliseconds.

@@ -1,6 +1,6 @@
 //! Every service answers health checks and gRPC reflection, as operators' grpcurl expects.
 
-use imesh_tests::{Stores, TestCluster};
+use imesh_tests::{Stores, TestCluster, scrape};
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
@@ -123,20 +123,6 @@ async fn grpcurl_lists_describes_and_calls_with_the_internal_credential() {
     ]);
     let created = tokio::task::block_in_place(|| run(call));
     assert!(created.contains("\"username\": \"grace\""), "{created}");
-}
-
-/// Prometheus scrapes `/metrics` over HTTP/1.1 on each service's gRPC port.
-async fn scrape(addr: std::net::SocketAddr) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: imesh\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    response
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use imesh_kit::error::StoreError;
 
-use crate::domain::{ConversationView, Cursor, Entry, Mark, Receipt, Settings};
+use crate::domain::{ConversationView, Cursor, Entry, Mark, PushSettings, Receipt, Settings};
 
 pub mod sql;
 
@@ -71,8 +71,16 @@ pub trait InboxStore: Send + Sync + 'static {
         pinned: Option<bool>,
         muted: Option<bool>,
     ) -> Result<Settings, StoreError>;
-    /// The sum of `user`'s unread counts.
+    /// The sum of `user`'s unread counts outside muted conversations (the badge).
     async fn total_unread(&self, user: i64) -> Result<i64, StoreError>;
+    /// The push settings of those of `users` who stored any.
+    async fn push_settings(&self, users: &[i64]) -> Result<HashMap<i64, PushSettings>, StoreError>;
+    /// Replaces `user`'s push settings.
+    async fn set_push_settings(&self, user: i64, settings: &PushSettings)
+    -> Result<(), StoreError>;
+    /// The `(user, conversation)` pairs among `of` the user muted.
+    async fn muted_among(&self, of: &[(i64, String)])
+    -> Result<HashSet<(i64, String)>, StoreError>;
     /// The receipt messages among `seqs` of a conversation, by seq.
     async fn receipts(&self, conversation: &str, seqs: &[i64]) -> Result<Vec<Receipt>, StoreError>;
     /// The receipt messages with `after < seq <= upto`, by seq.

@@ -11,8 +11,9 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::{InboxStore, StoredEvent};
-use crate::domain::{ConversationView, Cursor, Entry, Receipt, Settings};
+use crate::domain::{ConversationView, Cursor, Entry, PushSettings, Receipt, Settings};
 
+mod push;
 mod reads;
 mod receipts;
 
@@ -228,6 +229,25 @@ impl InboxStore for SqlInboxStore {
         reads::total_unread(&self.db, user).await
     }
 
+    async fn push_settings(&self, users: &[i64]) -> Result<HashMap<i64, PushSettings>, StoreError> {
+        push::push_settings(&self.db, users).await
+    }
+
+    async fn set_push_settings(
+        &self,
+        user: i64,
+        settings: &PushSettings,
+    ) -> Result<(), StoreError> {
+        push::set_push_settings(&self.db, user, settings).await
+    }
+
+    async fn muted_among(
+        &self,
+        of: &[(i64, String)],
+    ) -> Result<HashSet<(i64, String)>, StoreError> {
+        push::muted_among(&self.db, of).await
+    }
+
     async fn receipts(&self, conversation: &str, seqs: &[i64]) -> Result<Vec<Receipt>, StoreError> {
         receipts::of_seqs(&self.db, conversation, seqs).await
     }
@@ -264,6 +284,7 @@ impl MigratorTrait for Migrator {
             Box::new(reads::CreateConversationState),
             Box::new(reads::AddSettings),
             Box::new(receipts::CreateReceipts),
+            Box::new(push::CreatePushSettings),
         ]
     }
 

@@ -420,3 +420,58 @@ async fn racing_appends_for_the_same_slot_conflict_and_store_nothing() {
         assert_eq!(offsets.len(), receipts.len(), "{backend:?}: no shared slot");
     }
 }
+
+#[tokio::test]
+async fn push_settings_are_replaced_whole_and_muted_conversations_leave_the_badge() {
+    use crate::domain::{Preview, PushSettings};
+    for (backend, store) in stores().await {
+        assert!(
+            store.push_settings(&[2]).await.unwrap().is_empty(),
+            "{backend:?}"
+        );
+        let night = PushSettings {
+            quiet_start_min: 1320,
+            quiet_end_min: 420,
+            utc_offset_min: -300,
+            preview: Preview::Sender,
+        };
+        store.set_push_settings(2, &night).await.unwrap();
+        let hidden = PushSettings {
+            preview: Preview::Hidden,
+            ..PushSettings::default()
+        };
+        store.set_push_settings(3, &night).await.unwrap();
+        store.set_push_settings(3, &hidden).await.unwrap();
+        let stored = store.push_settings(&[2, 3, 4]).await.unwrap();
+        assert_eq!(
+            stored,
+            HashMap::from([(2, night), (3, hidden)]),
+            "{backend:?}"
+        );
+
+        store
+            .append(&[
+                message(1, "d:1:2", 1, 1, &[1, 2]),
+                message(2, "d:2:5", 1, 5, &[2, 5]),
+                message(3, "d:2:5", 2, 5, &[2, 5]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(store.total_unread(2).await.unwrap(), 3, "{backend:?}");
+        store
+            .update_settings(2, "d:2:5", None, Some(true))
+            .await
+            .unwrap();
+        assert_eq!(store.total_unread(2).await.unwrap(), 1, "{backend:?}");
+        let asked = [
+            (2, "d:1:2".to_owned()),
+            (2, "d:2:5".to_owned()),
+            (5, "d:2:5".to_owned()),
+        ];
+        assert_eq!(
+            store.muted_among(&asked).await.unwrap(),
+            HashSet::from([(2, "d:2:5".to_owned())]),
+            "{backend:?}"
+        );
+    }
+}

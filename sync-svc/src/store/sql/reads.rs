@@ -31,7 +31,7 @@ enum ConversationStates {
 }
 
 #[derive(Iden)]
-enum ReadStates {
+pub(super) enum ReadStates {
     Table,
     UserId,
     ConversationId,
@@ -454,11 +454,13 @@ pub(super) async fn update_settings(
 
 pub(super) async fn total_unread(db: &DatabaseConnection, user: i64) -> Result<i64, StoreError> {
     use ConversationStates as C;
+    // Muted conversations count for nothing: do not disturb means no badge either.
     let stmt = joined(user)
         .and_where(
             Expr::col((C::Table, C::MaxSeq))
                 .gt(Expr::col((ReadStates::Table, ReadStates::ReadSeq))),
         )
+        .and_where(Expr::col((ReadStates::Table, ReadStates::Muted)).eq(false))
         .to_owned();
     let rows = db.query_all(&stmt).await?;
     let mut total = 0i64;
