@@ -13,7 +13,7 @@ use imesh_protos::{
     },
     notify::{
         Device, OfflineRequest, OnlineRequest, QueryPresenceRequest, QueryPresenceResponse,
-        notify_service_client::NotifyServiceClient,
+        TypingRequest, TypingResponse, notify_service_client::NotifyServiceClient,
     },
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
     sync::{
@@ -225,6 +225,15 @@ impl Backends {
             .query_presence(request)
             .await?
             .into_inner())
+    }
+
+    pub async fn typing(
+        &self,
+        user: i64,
+        request: TypingRequest,
+    ) -> Result<TypingResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self.notify.clone().typing(request).await?.into_inner())
     }
 
     pub async fn ack(&self, user: i64, device_id: String, sync_seq: i64) -> Result<(), Status> {

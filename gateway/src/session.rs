@@ -82,6 +82,7 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
         Some(In::ReceiptReaders(_)) => "gateway/receipt_readers",
         Some(In::Presence(_)) => "gateway/presence",
         Some(In::PushSettings(_)) => "gateway/push_settings",
+        Some(In::Typing(_)) => "gateway/typing",
         Some(In::Ack(_)) => "gateway/ack",
     };
     let span = tracing::info_span!(
@@ -174,6 +175,11 @@ impl Session {
                 .presence(self.user(), request)
                 .await
                 .map(Body::Presence),
+            Some(In::Typing(request)) => self
+                .backends
+                .typing(self.user(), request)
+                .await
+                .map(Body::Typing),
             Some(In::PushSettings(request)) => self
                 .backends
                 .update_push_settings(self.user(), request)

@@ -207,6 +207,7 @@ impl Cluster {
                 grpc: grpc(addrs.notify),
                 redis: spec.redis.clone(),
                 sync_addr: addrs.sync.to_string(),
+                group_addr: addrs.group.to_string(),
                 offline_push: spec.offline_push.clone(),
                 ..Default::default()
             },

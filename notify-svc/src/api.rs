@@ -1,4 +1,5 @@
-//! gRPC handlers of notify-svc: wire types stop here. Every call is internal.
+//! gRPC handlers of notify-svc: wire types stop here. Every call is internal except
+//! QueryPresence and Typing, which users make through the gateway.
 
 use std::sync::Arc;
 
@@ -9,15 +10,17 @@ use tonic::{Request, Response, Status};
 use crate::{
     presence::DeviceRoute,
     router::{Entry, Error, Router},
+    typing::{Outcome, Typing},
 };
 
 pub struct NotifyApi {
     router: Arc<Router>,
+    typing: Typing,
 }
 
 impl NotifyApi {
-    pub fn new(router: Arc<Router>) -> Self {
-        Self { router }
+    pub fn new(router: Arc<Router>, typing: Typing) -> Self {
+        Self { router, typing }
     }
 }
 
@@ -102,6 +105,29 @@ impl NotifyService for NotifyApi {
         Ok(Response::new(pb::DeliverResponse { devices: gateways }))
     }
 
+    async fn typing(
+        &self,
+        request: Request<pb::TypingRequest>,
+    ) -> Result<Response<pb::TypingResponse>, Status> {
+        let user = identity::actor(&request)?.user()?;
+        let pb::TypingRequest { conversation_id } = request.into_inner();
+        let outcome = self
+            .typing
+            .typing(user, &conversation_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(match outcome {
+            Outcome::Sent(devices) => pb::TypingResponse {
+                devices,
+                throttled: false,
+            },
+            Outcome::Throttled => pb::TypingResponse {
+                devices: 0,
+                throttled: true,
+            },
+        }))
+    }
+
     async fn disconnect(
         &self,
         request: Request<pb::DisconnectRequest>,
@@ -164,5 +190,25 @@ fn status(err: Error) -> Status {
             error::unavailable(e.as_ref())
         }
         Error::Store(ref e) => error::internal(e),
+        Error::NotFound(message) => Status::not_found(message),
+        Error::Precondition(message) => Status::failed_precondition(message),
+        Error::Peer(ref e) => {
+            tracing::error!(error = %format!("{e:#}"), "a peer service call failed");
+            Status::unavailable("a service notify-svc depends on is unavailable; retry later")
+        }
     }
+}
+
+/// The encoded Typing event (the domain's [`crate::typing::EncodeTyping`]).
+pub fn encode_typing(conversation_id: &str, user: i64) -> bytes::Bytes {
+    use imesh_protos::sync::{SyncEvent, Typing, sync_event::Kind};
+    use prost::Message as _;
+    SyncEvent {
+        kind: Some(Kind::Typing(Typing {
+            conversation_id: conversation_id.to_owned(),
+            user_id: user,
+        })),
+    }
+    .encode_to_vec()
+    .into()
 }

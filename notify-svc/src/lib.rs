@@ -5,6 +5,7 @@
 //! - [`router`]: the routing domain: presence lookups grouped into one Push per gateway.
 //! - [`presence`]: the [`presence::Presence`] port with in-process and Redis adapters.
 //! - [`gateways`]: the gRPC client fleet that calls each gateway's `Push`.
+//! - [`typing`]: typing indicators, live only, with members from group-svc ([`groups`]).
 //! - [`offline`]: offline push for users with no live connection, through a [`webhook`],
 //!   as sync-svc decides over [`targets`] (muted conversations, quiet hours, badge).
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
@@ -13,10 +14,12 @@
 
 pub mod api;
 pub mod gateways;
+pub mod groups;
 pub mod offline;
 pub mod presence;
 pub mod router;
 pub mod targets;
+pub mod typing;
 pub mod webhook;
 
 use std::{sync::Arc, time::Duration};
@@ -44,6 +47,12 @@ pub struct Config {
     /// sync-svc, which decides offline pushes.
     pub sync_addr: String,
     pub offline_push: offline::Config,
+    /// group-svc, whose member lists say who sees someone typing.
+    pub group_addr: String,
+    /// Largest group with typing indicators.
+    pub typing_max_members: usize,
+    /// At most one typing notice per user and conversation this often.
+    pub typing_interval_ms: u64,
 }
 
 impl Default for Config {
@@ -55,6 +64,9 @@ impl Default for Config {
             multi_device: router::DevicePolicy::default(),
             sync_addr: "127.0.0.1:50054".into(),
             offline_push: offline::Config::default(),
+            group_addr: "127.0.0.1:50052".into(),
+            typing_max_members: 100,
+            typing_interval_ms: 2_000,
         }
     }
 }
@@ -65,6 +77,7 @@ pub struct Service {
     auth: AuthConfig,
     registry: imesh_kit::metrics::Registry,
     router: Arc<router::Router>,
+    typing: typing::Typing,
     redis: Option<fred::prelude::Pool>,
 }
 
@@ -89,11 +102,18 @@ impl Service {
         if !push.webhook_url.is_empty() {
             let webhook =
                 webhook::Webhook::new(&push.webhook_url, Duration::from_millis(push.timeout_ms))?;
-            let targets = targets::SyncTargets::new(caller, &config.sync_addr)?;
+            let targets = targets::SyncTargets::new(caller.clone(), &config.sync_addr)?;
             let offline = offline::OfflinePush::start(push, Arc::new(targets), Arc::new(webhook));
             router = router.with_offline_push(offline);
         }
         let router = Arc::new(router);
+        let typing = typing::Typing::new(
+            router.clone(),
+            Arc::new(groups::GrpcGroups::new(caller, &config.group_addr)?),
+            api::encode_typing,
+            config.typing_max_members,
+            Duration::from_millis(config.typing_interval_ms),
+        );
         let mut registry = imesh_kit::metrics::registry("notify-svc");
         router.register(&mut registry);
         Ok(Self {
@@ -101,6 +121,7 @@ impl Service {
             auth: auth.clone(),
             registry,
             router,
+            typing,
             redis,
         })
     }
@@ -110,7 +131,7 @@ impl Service {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
-        let api = api::NotifyApi::new(self.router);
+        let api = api::NotifyApi::new(self.router, self.typing);
         let mut server = grpc::Server::new(&self.config.grpc)
             .add_service(NotifyServiceServer::with_interceptor(
                 api,

@@ -65,6 +65,13 @@ pub enum Error {
     Invalid { field: &'static str, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    NotFound(&'static str),
+    #[error("{0}")]
+    Precondition(String),
+    /// Another service could not be asked.
+    #[error("a peer service failed")]
+    Peer(#[source] anyhow::Error),
 }
 
 /// How many sessions a user may hold at once.
@@ -370,8 +377,10 @@ impl Router {
                 });
             owners.insert((route.gateway_addr.clone(), route.conn_id), route);
         }
-        // What is left belongs to users with no live connection.
+        // What is left belongs to users with no live connection; live-only events
+        // (sync_seq 0) are for live devices alone.
         if let Some(offline) = &self.offline {
+            by_user.retain(|_, entries| entries.iter().any(|e| e.sync_seq > 0));
             offline.offer(by_user.into_iter().collect());
         }
         let devices = owners.len() as u32;

@@ -402,5 +402,6 @@ fn body_field(body: &Body) -> u16 {
         Body::ReceiptReaders(_) => 14,
         Body::Presence(_) => 15,
         Body::PushSettings(_) => 16,
+        Body::Typing(_) => 17,
     }
 }

@@ -1,0 +1,36 @@
+//! [`GroupMembers`] over gRPC: group-svc's `MemberIds`.
+
+use imesh_kit::identity::{Actor, Caller};
+use imesh_protos::group::{MemberIdsRequest, group_service_client::GroupServiceClient};
+use tonic::{Code, transport::Channel};
+
+use crate::typing::{GroupMembers, Members};
+
+pub struct GrpcGroups {
+    caller: Caller,
+    client: GroupServiceClient<Channel>,
+}
+
+impl GrpcGroups {
+    pub fn new(caller: Caller, group_addr: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            caller,
+            client: GroupServiceClient::new(imesh_kit::grpc::channel(group_addr)?),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl GroupMembers for GrpcGroups {
+    async fn members(&self, group: i64) -> anyhow::Result<Members> {
+        let request = self
+            .caller
+            .request(Actor::System, MemberIdsRequest { group_id: group });
+        match self.client.clone().member_ids(request).await {
+            Ok(reply) => Ok(Members::List(reply.into_inner().user_ids)),
+            Err(status) if status.code() == Code::NotFound => Ok(Members::Unknown),
+            Err(status) if status.code() == Code::FailedPrecondition => Ok(Members::Unlisted),
+            Err(status) => Err(status.into()),
+        }
+    }
+}
