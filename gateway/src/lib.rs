@@ -200,6 +200,24 @@ impl Service {
     }
 }
 
+/// The gateway binary: settings from defaults, `IMESH_CONFIG` and `IMESH__…` variables;
+/// serves until SIGTERM or Ctrl-C, then drains.
+pub async fn run_binary() -> anyhow::Result<()> {
+    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("gateway");
+    let clients = TcpListener::bind(settings.service.listen).await?;
+    let tcp_clients = TcpListener::bind(settings.service.tcp_listen).await?;
+    let internal = TcpListener::bind(settings.service.grpc.listen).await?;
+    tracing::info!(
+        websocket = %clients.local_addr()?,
+        tcp = %tcp_clients.local_addr()?,
+        grpc = %internal.local_addr()?,
+        "gateway listening"
+    );
+    Service::build(settings.service, &settings.auth)
+        .serve((clients, tcp_clients), internal, grpc::shutdown_signal())
+        .await
+}
+
 /// A listener's address as others can dial it: an unspecified IP becomes loopback.
 fn advertised(addr: SocketAddr) -> String {
     if addr.ip().is_unspecified() {

@@ -55,6 +55,21 @@ impl Device {
         Self::over(Wire::Ws(Box::new(ws)))
     }
 
+    /// A WebSocket device whose socket takes at most about `bytes` before the kernel stops
+    /// the gateway's writes: with nobody reading it, a slow consumer.
+    pub async fn connect_with_receive_buffer(gateway: SocketAddr, bytes: u32) -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket.set_recv_buffer_size(bytes).expect("receive buffer");
+        let stream = socket.connect(gateway).await.expect("tcp connects");
+        let (ws, _) = tokio_tungstenite::client_async(
+            format!("ws://{gateway}/ws"),
+            MaybeTlsStream::Plain(stream),
+        )
+        .await
+        .expect("websocket connects");
+        Self::over(Wire::Ws(Box::new(ws)))
+    }
+
     /// A device on the gateway's TCP port.
     pub async fn connect_tcp(gateway_tcp: SocketAddr) -> Self {
         let stream = TcpStream::connect(gateway_tcp).await.expect("tcp connects");

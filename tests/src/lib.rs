@@ -25,7 +25,10 @@ use imesh_protos::{
         Content, SendRequest, SendResponse, Text, content,
         message_service_client::MessageServiceClient, send_request,
     },
-    relation::{LoginRequest, RegisterRequest, relation_service_client::RelationServiceClient},
+    relation::{
+        CreateUserRequest, IssueTokenRequest, LoginRequest, RegisterRequest,
+        relation_service_client::RelationServiceClient,
+    },
 };
 use tonic::transport::Channel;
 
@@ -128,6 +131,34 @@ impl TestCluster {
             .await
             .expect("register");
         self.login(username).await
+    }
+
+    /// Creates `username` through the admin path (no password hashing: quick for many
+    /// users) and mints a token: `(user_id, token)`.
+    pub async fn admin_user(&self, username: &str) -> (i64, String) {
+        let create = CreateUserRequest {
+            username: username.into(),
+            nickname: String::new(),
+        };
+        let mut relation = self.relation();
+        let user = relation
+            .create_user(self.caller.request(Actor::System, create))
+            .await
+            .expect("user created")
+            .into_inner()
+            .user
+            .expect("the user")
+            .user_id;
+        let token = relation
+            .issue_token(
+                self.caller
+                    .request(Actor::System, IssueTokenRequest { user_id: user }),
+            )
+            .await
+            .expect("token issued")
+            .into_inner()
+            .token;
+        (user, token)
     }
 
     /// Logs a registered user in again: `(user_id, token)`.
