@@ -8,9 +8,12 @@ use crate::{
     router::{ConnectionPush, DevicePolicy, Gateways},
 };
 
-/// Records `(conn_id, sync_seqs, events)` per push.
+/// What one connection was pushed: `(conn_id, sync_seqs, events)`.
+type Pushed = (u64, Vec<i64>, Vec<Bytes>);
+
+/// Records every push.
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(u64, Vec<i64>, Vec<Bytes>)>>);
+struct Recorder(Mutex<Vec<Pushed>>);
 
 #[async_trait::async_trait]
 impl Gateways for Recorder {
