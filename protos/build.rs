@@ -1,5 +1,6 @@
 //! Compiles every `.proto` under `imesh/` with protox (pure Rust, no system protoc) and writes
-//! the encoded descriptor set next to the generated code, for gRPC reflection.
+//! the encoded descriptor set next to the generated code, for gRPC reflection, and serde
+//! implementations of the proto3 JSON mapping (pbjson).
 
 use std::{env, fs, path::PathBuf};
 
@@ -14,8 +15,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let fds = protox::compile(&files, ["."])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
-    fs::write(out.join("imesh_descriptor.bin"), fds.encode_to_vec())?;
+    let descriptors = fds.encode_to_vec();
+    fs::write(out.join("imesh_descriptor.bin"), &descriptors)?;
     tonic_prost_build::configure().bytes(".").compile_fds(fds)?;
+    // The proto3 JSON mapping (serde) of every message, for the gateway's JSON subprotocol.
+    pbjson_build::Builder::new()
+        .register_descriptors(&descriptors)?
+        .build(&[".imesh"])?;
     Ok(())
 }
 

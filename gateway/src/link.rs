@@ -38,7 +38,7 @@ pub enum Inbound {
     /// One encoded `ClientFrame`.
     Frame(Bytes),
     /// Something the transport read but cannot take as a frame; the connection goes on.
-    Refused(&'static str),
+    Refused(String),
     /// The byte stream cannot be followed any more (a bad or oversized header): the client
     /// is told why and the connection closes.
     Broken(String),

@@ -1,4 +1,7 @@
-//! The WebSocket transport: one protobuf `ClientFrame` / `ServerFrame` per binary message.
+//! The WebSocket transport: one protobuf `ClientFrame` / `ServerFrame` per binary message,
+//! or, for a client that asks for the `imesh.json` subprotocol (debugging with a plain
+//! WebSocket client, the browser demo), one frame per text message in the proto3 JSON
+//! mapping. JSON frames are converted at this edge: the rest of the gateway speaks protobuf.
 
 use std::sync::Arc;
 
@@ -6,18 +9,23 @@ use axum::{
     Router,
     extract::{
         State,
-        ws::{Message, WebSocket, WebSocketUpgrade},
+        ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade},
     },
     response::Response,
     routing::get,
 };
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt, future};
+use imesh_protos::gateway::{ClientFrame, ServerFrame};
+use prost::Message as _;
 
 use crate::{
     Gateway,
     link::{self, Inbound},
 };
+
+/// The subprotocol of JSON frames.
+pub const JSON_PROTOCOL: &str = "imesh.json";
 
 pub fn router(gateway: Arc<Gateway>) -> Router {
     Router::new()
@@ -35,27 +43,63 @@ async fn upgrade(ws: WebSocketUpgrade, State(gateway): State<Arc<Gateway>>) -> R
     ws.max_message_size(gateway.config.max_frame_bytes)
         .read_buffer_size(SOCKET_BUFFER)
         .write_buffer_size(SOCKET_BUFFER)
+        .protocols([JSON_PROTOCOL])
         .on_upgrade(move |socket| serve_socket(socket, gateway))
 }
 
 async fn serve_socket(socket: WebSocket, gateway: Arc<Gateway>) {
+    let json = socket
+        .protocol()
+        .is_some_and(|p| p.as_bytes() == JSON_PROTOCOL.as_bytes());
     let (sink, stream) = socket.split();
-    let writer =
-        sink.with(|frame: Bytes| future::ready(Ok::<_, axum::Error>(Message::Binary(frame))));
+    let writer = sink.with(move |frame: Bytes| {
+        future::ready(Ok::<_, axum::Error>(if json {
+            Message::Text(server_frame_json(&frame))
+        } else {
+            Message::Binary(frame)
+        }))
+    });
     // A read error or a close ends the stream, and with it the connection.
     let reader = stream
         .take_while(|message| {
             future::ready(matches!(message, Ok(m) if !matches!(m, Message::Close(_))))
         })
-        .filter_map(|message| {
+        .filter_map(move |message| {
             future::ready(match message {
-                Ok(Message::Binary(frame)) => Some(Inbound::Frame(frame)),
-                Ok(Message::Text(_)) => {
-                    Some(Inbound::Refused("frame: send binary protobuf ClientFrames"))
-                }
+                Ok(Message::Binary(frame)) if !json => Some(Inbound::Frame(frame)),
+                Ok(Message::Text(text)) if json => Some(client_frame_from_json(&text)),
+                Ok(Message::Binary(_)) => Some(Inbound::Refused(format!(
+                    "frame: this connection speaks {JSON_PROTOCOL}; send text frames"
+                ))),
+                Ok(Message::Text(_)) => Some(Inbound::Refused(
+                    "frame: send binary protobuf ClientFrames (or connect with the imesh.json subprotocol)"
+                        .into(),
+                )),
                 Ok(Message::Ping(_) | Message::Pong(_)) => Some(Inbound::Alive),
                 Ok(Message::Close(_)) | Err(_) => None,
             })
         });
     link::serve(Box::pin(reader), Box::pin(writer), gateway).await;
+}
+
+/// A JSON `ClientFrame`, re-encoded as protobuf for the rest of the gateway.
+fn client_frame_from_json(text: &str) -> Inbound {
+    match serde_json::from_str::<ClientFrame>(text) {
+        Ok(frame) => Inbound::Frame(frame.encode_to_vec().into()),
+        Err(e) => Inbound::Refused(format!("frame: not a JSON ClientFrame ({e})")),
+    }
+}
+
+/// An encoded `ServerFrame` (pushes included: their raw events decode as events) in JSON.
+fn server_frame_json(frame: &[u8]) -> Utf8Bytes {
+    let json = ServerFrame::decode(frame)
+        .map_err(anyhow::Error::from)
+        .and_then(|frame| Ok(serde_json::to_string(&frame)?));
+    match json {
+        Ok(json) => json.into(),
+        Err(e) => {
+            tracing::error!(error = %e, "a server frame could not be written as JSON");
+            Utf8Bytes::from_static("{}")
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The imesh wire contract: generated prost messages and tonic clients/servers for every
 //! package under `protos/imesh/`, mirrored as a module tree (`imesh::message::v1`, …) with
-//! short aliases at the root, plus [`FILE_DESCRIPTOR_SET`] for gRPC reflection.
+//! short aliases at the root, plus [`FILE_DESCRIPTOR_SET`] for gRPC reflection. Every
+//! message also has serde implementations of the proto3 JSON mapping.
 //!
 //! Internal packages (`relation`, `group`, `message`, `sync`, `notify`, gateway `Push`) are
 //! spoken between services; `gateway::v1::{ClientFrame, ServerFrame}` is the client protocol.
@@ -15,31 +16,37 @@ pub mod imesh {
     pub mod relation {
         pub mod v1 {
             tonic::include_proto!("imesh.relation.v1");
+            include!(concat!(env!("OUT_DIR"), "/imesh.relation.v1.serde.rs"));
         }
     }
     pub mod group {
         pub mod v1 {
             tonic::include_proto!("imesh.group.v1");
+            include!(concat!(env!("OUT_DIR"), "/imesh.group.v1.serde.rs"));
         }
     }
     pub mod message {
         pub mod v1 {
             tonic::include_proto!("imesh.message.v1");
+            include!(concat!(env!("OUT_DIR"), "/imesh.message.v1.serde.rs"));
         }
     }
     pub mod sync {
         pub mod v1 {
             tonic::include_proto!("imesh.sync.v1");
+            include!(concat!(env!("OUT_DIR"), "/imesh.sync.v1.serde.rs"));
         }
     }
     pub mod notify {
         pub mod v1 {
             tonic::include_proto!("imesh.notify.v1");
+            include!(concat!(env!("OUT_DIR"), "/imesh.notify.v1.serde.rs"));
         }
     }
     pub mod gateway {
         pub mod v1 {
             tonic::include_proto!("imesh.gateway.v1");
+            include!(concat!(env!("OUT_DIR"), "/imesh.gateway.v1.serde.rs"));
         }
     }
 }
