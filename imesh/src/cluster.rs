@@ -208,6 +208,7 @@ impl Cluster {
                 redis: spec.redis.clone(),
                 sync_addr: addrs.sync.to_string(),
                 group_addr: addrs.group.to_string(),
+                relation_addr: addrs.relation.to_string(),
                 offline_push: spec.offline_push.clone(),
                 ..Default::default()
             },

@@ -11,16 +11,22 @@ use crate::{
     presence::DeviceRoute,
     router::{Entry, Error, Router},
     typing::{Outcome, Typing},
+    watch::Watch,
 };
 
 pub struct NotifyApi {
     router: Arc<Router>,
     typing: Typing,
+    watch: Watch,
 }
 
 impl NotifyApi {
-    pub fn new(router: Arc<Router>, typing: Typing) -> Self {
-        Self { router, typing }
+    pub fn new(router: Arc<Router>, typing: Typing, watch: Watch) -> Self {
+        Self {
+            router,
+            typing,
+            watch,
+        }
     }
 }
 
@@ -37,10 +43,14 @@ impl NotifyService for NotifyApi {
             fresh,
         } = request.into_inner();
         let device = device.ok_or_else(|| error::invalid("device", "must be set"))?;
+        let user = device.user_id;
         self.router
             .online(route_from_proto(device), &super_group_ids, fresh)
             .await
             .map_err(status)?;
+        if fresh {
+            self.watch.changed(user);
+        }
         Ok(Response::new(pb::OnlineResponse {}))
     }
 
@@ -57,6 +67,7 @@ impl NotifyService for NotifyApi {
             .offline(device.user_id, &device.device_id, device.conn_id)
             .await
             .map_err(status)?;
+        self.watch.changed(device.user_id);
         Ok(Response::new(pb::OfflineResponse {}))
     }
 
@@ -207,6 +218,21 @@ pub fn encode_typing(conversation_id: &str, user: i64) -> bytes::Bytes {
         kind: Some(Kind::Typing(Typing {
             conversation_id: conversation_id.to_owned(),
             user_id: user,
+        })),
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// The encoded PresenceChanged event (the domain's [`crate::watch::EncodePresence`]).
+pub fn encode_presence(user: i64, platforms: &[String]) -> bytes::Bytes {
+    use imesh_protos::sync::{PresenceChanged, SyncEvent, sync_event::Kind};
+    use prost::Message as _;
+    SyncEvent {
+        kind: Some(Kind::Presence(PresenceChanged {
+            user_id: user,
+            online: !platforms.is_empty(),
+            platforms: platforms.to_vec(),
         })),
     }
     .encode_to_vec()

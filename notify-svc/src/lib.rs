@@ -5,6 +5,7 @@
 //! - [`router`]: the routing domain: presence lookups grouped into one Push per gateway.
 //! - [`presence`]: the [`presence::Presence`] port with in-process and Redis adapters.
 //! - [`gateways`]: the gRPC client fleet that calls each gateway's `Push`.
+//! - [`watch`]: presence changes told to friends, who come from relation-svc ([`friends`]).
 //! - [`typing`]: typing indicators, live only, with members from group-svc ([`groups`]).
 //! - [`offline`]: offline push for users with no live connection, through a [`webhook`],
 //!   as sync-svc decides over [`targets`] (muted conversations, quiet hours, badge).
@@ -13,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod friends;
 pub mod gateways;
 pub mod groups;
 pub mod offline;
@@ -20,6 +22,7 @@ pub mod presence;
 pub mod router;
 pub mod targets;
 pub mod typing;
+pub mod watch;
 pub mod webhook;
 
 use std::{sync::Arc, time::Duration};
@@ -49,6 +52,8 @@ pub struct Config {
     pub offline_push: offline::Config,
     /// group-svc, whose member lists say who sees someone typing.
     pub group_addr: String,
+    /// relation-svc, whose friend lists say who hears of presence changes.
+    pub relation_addr: String,
     /// Largest group with typing indicators.
     pub typing_max_members: usize,
     /// At most one typing notice per user and conversation this often.
@@ -65,6 +70,7 @@ impl Default for Config {
             sync_addr: "127.0.0.1:50054".into(),
             offline_push: offline::Config::default(),
             group_addr: "127.0.0.1:50052".into(),
+            relation_addr: "127.0.0.1:50051".into(),
             typing_max_members: 100,
             typing_interval_ms: 2_000,
         }
@@ -78,6 +84,7 @@ pub struct Service {
     registry: imesh_kit::metrics::Registry,
     router: Arc<router::Router>,
     typing: typing::Typing,
+    watch: watch::Watch,
     redis: Option<fred::prelude::Pool>,
 }
 
@@ -109,10 +116,15 @@ impl Service {
         let router = Arc::new(router);
         let typing = typing::Typing::new(
             router.clone(),
-            Arc::new(groups::GrpcGroups::new(caller, &config.group_addr)?),
+            Arc::new(groups::GrpcGroups::new(caller.clone(), &config.group_addr)?),
             api::encode_typing,
             config.typing_max_members,
             Duration::from_millis(config.typing_interval_ms),
+        );
+        let watch = watch::Watch::new(
+            router.clone(),
+            Arc::new(friends::GrpcFriends::new(caller, &config.relation_addr)?),
+            api::encode_presence,
         );
         let mut registry = imesh_kit::metrics::registry("notify-svc");
         router.register(&mut registry);
@@ -122,6 +134,7 @@ impl Service {
             registry,
             router,
             typing,
+            watch,
             redis,
         })
     }
@@ -131,7 +144,7 @@ impl Service {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
-        let api = api::NotifyApi::new(self.router, self.typing);
+        let api = api::NotifyApi::new(self.router, self.typing, self.watch);
         let mut server = grpc::Server::new(&self.config.grpc)
             .add_service(NotifyServiceServer::with_interceptor(
                 api,
