@@ -27,9 +27,9 @@ use tonic::{Status, transport::Channel};
 
 #[derive(Clone)]
 pub struct Backends {
-    caller: Caller,
-    relation: RelationServiceClient<Channel>,
-    group: GroupServiceClient<Channel>,
+    pub(crate) caller: Caller,
+    pub(crate) relation: RelationServiceClient<Channel>,
+    pub(crate) group: GroupServiceClient<Channel>,
     message: MessageServiceClient<Channel>,
     sync: SyncServiceClient<Channel>,
     notify: NotifyServiceClient<Channel>,

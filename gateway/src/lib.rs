@@ -9,12 +9,14 @@
 //! - [`connections`]: the registry of open connections and the internal gRPC `Push`.
 //! - [`frames`]: building server frames (errors, replies, pass-through pushes).
 //! - [`window`]: pushes awaiting the client's ack, resent once, then given up.
-//! - [`backends`]: clients of message-, sync- and notify-svc.
+//! - [`backends`]: clients of the services a device's requests go to.
+//! - [`calls`]: friend and group operations forwarded as the connected user.
 //! - [`Service`]: builds all of it from [`Config`] and serves both listeners.
 
 #![forbid(unsafe_code)]
 
 pub mod backends;
+pub mod calls;
 pub mod connections;
 pub mod frames;
 pub mod link;

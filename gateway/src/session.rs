@@ -83,6 +83,8 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
         Some(In::Presence(_)) => "gateway/presence",
         Some(In::PushSettings(_)) => "gateway/push_settings",
         Some(In::Typing(_)) => "gateway/typing",
+        Some(In::Relation(_)) => "gateway/relation",
+        Some(In::Group(_)) => "gateway/group",
         Some(In::Ack(_)) => "gateway/ack",
     };
     let span = tracing::info_span!(
@@ -175,6 +177,12 @@ impl Session {
                 .presence(self.user(), request)
                 .await
                 .map(Body::Presence),
+            Some(In::Relation(call)) => crate::calls::relation(&self.backends, self.user(), call)
+                .await
+                .map(Body::Relation),
+            Some(In::Group(call)) => crate::calls::group(&self.backends, self.user(), call)
+                .await
+                .map(Body::Group),
             Some(In::Typing(request)) => self
                 .backends
                 .typing(self.user(), request)

@@ -418,5 +418,7 @@ fn body_field(body: &Body) -> u16 {
         Body::Presence(_) => 15,
         Body::PushSettings(_) => 16,
         Body::Typing(_) => 17,
+        Body::Relation(_) => 18,
+        Body::Group(_) => 19,
     }
 }
