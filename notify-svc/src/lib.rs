@@ -21,6 +21,8 @@ pub mod offline;
 pub mod presence;
 pub mod router;
 pub mod targets;
+#[cfg(test)]
+mod testing;
 pub mod typing;
 pub mod watch;
 pub mod webhook;

@@ -346,6 +346,22 @@ impl Router {
         Ok(self.presence.offline(user_id, device_id, conn_id).await?)
     }
 
+    /// Pushes a live-only `event` (sync_seq 0, never stored) to every online device of
+    /// `users`; returns how many devices it reached.
+    pub async fn deliver_live(&self, users: Vec<i64>, event: Bytes) -> Result<u32, Error> {
+        let live = users
+            .into_iter()
+            .map(|user| {
+                let entry = Entry {
+                    sync_seq: 0,
+                    event: event.clone(),
+                };
+                (user, vec![entry])
+            })
+            .collect();
+        self.deliver(live).await
+    }
+
     /// Pushes each user's entries to every online device, one call per gateway, all
     /// gateways at once. Returns how many devices were reached. A gateway that fails is
     /// logged and skipped: its devices catch up by pulling.

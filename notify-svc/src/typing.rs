@@ -7,7 +7,7 @@ use std::{num::NonZeroU32, sync::Arc, time::Duration};
 use bytes::Bytes;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use crate::router::{Entry, Error, Router};
+use crate::router::{Error, Router};
 
 /// Past this many keys the limiter forgets those whose interval has passed.
 const LIMITER_KEYS: usize = 100_000;
@@ -83,17 +83,9 @@ impl Typing {
             return Ok(Outcome::Throttled);
         }
         let event = (self.encode)(conversation_id, user);
-        let live = recipients
-            .into_iter()
-            .map(|r| {
-                let entry = Entry {
-                    sync_seq: 0,
-                    event: event.clone(),
-                };
-                (r, vec![entry])
-            })
-            .collect();
-        Ok(Outcome::Sent(self.router.deliver(live).await?))
+        Ok(Outcome::Sent(
+            self.router.deliver_live(recipients, event).await?,
+        ))
     }
 
     /// The participants of the conversation other than `user`, who must be one of them.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::router::{Entry, Router};
+use crate::router::Router;
 
 /// Most friends told of one change.
 pub const MAX_WATCHERS: usize = 5_000;
@@ -63,17 +63,7 @@ impl Watch {
             .map(|(_, platforms)| platforms)
             .unwrap_or_default();
         let event = (self.encode)(user, &platforms);
-        let live = friends
-            .into_iter()
-            .map(|friend| {
-                let entry = Entry {
-                    sync_seq: 0,
-                    event: event.clone(),
-                };
-                (friend, vec![entry])
-            })
-            .collect();
-        Ok(self.router.deliver(live).await?)
+        Ok(self.router.deliver_live(friends, event).await?)
     }
 }
 

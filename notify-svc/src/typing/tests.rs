@@ -1,44 +1,7 @@
 //! Typing over in-process presence, a recording gateway and fixed group members.
 
-use parking_lot::Mutex;
-
 use super::*;
-use crate::{
-    presence::{DeviceRoute, MemoryPresence},
-    router::{ConnectionPush, DevicePolicy, Gateways},
-};
-
-/// What one connection was pushed: `(conn_id, sync_seqs, events)`.
-type Pushed = (u64, Vec<i64>, Vec<Bytes>);
-
-/// Records every push.
-#[derive(Default)]
-struct Recorder(Mutex<Vec<Pushed>>);
-
-#[async_trait::async_trait]
-impl Gateways for Recorder {
-    async fn push(&self, _: &str, pushes: Vec<ConnectionPush>) -> anyhow::Result<Vec<u64>> {
-        let mut got = self.0.lock();
-        for p in pushes {
-            let seqs = p.entries.iter().map(|e| e.sync_seq).collect();
-            got.push((
-                p.conn_id,
-                seqs,
-                p.entries.into_iter().map(|e| e.event).collect(),
-            ));
-        }
-        got.sort();
-        Ok(vec![])
-    }
-
-    async fn push_groups(&self, _: &str, _: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
-        Ok(())
-    }
-
-    async fn kick(&self, _: &str, _: Vec<u64>, _: String) -> anyhow::Result<()> {
-        Ok(())
-    }
-}
+use crate::testing::{Recorder, route, router};
 
 /// Group 7 has members 1, 2 and 3; group 8 has 1 and 50 others; group 9 is a super group.
 struct Groups;
@@ -61,22 +24,8 @@ fn encode(conversation_id: &str, user: i64) -> Bytes {
 
 async fn typing(interval: Duration) -> (Typing, Arc<Recorder>) {
     let recorder = Arc::new(Recorder::default());
-    let router = Arc::new(Router::new(
-        Arc::new(MemoryPresence::default()),
-        recorder.clone(),
-        Duration::from_secs(60),
-        DevicePolicy::Unlimited,
-    ));
-    for user in [1, 2, 3] {
-        let route = DeviceRoute {
-            user_id: user,
-            device_id: "phone".into(),
-            platform: "ios".into(),
-            gateway_addr: "gw".into(),
-            conn_id: user as u64 * 10,
-        };
-        router.online(route, &[], false).await.unwrap();
-    }
+    let online = [route(1, "ios"), route(2, "ios"), route(3, "ios")];
+    let router = router(recorder.clone(), &online).await;
     let typing = Typing::new(router, Arc::new(Groups), encode, 50, interval);
     (typing, recorder)
 }
@@ -85,18 +34,14 @@ async fn typing(interval: Duration) -> (Typing, Arc<Recorder>) {
 async fn the_peer_or_the_other_members_get_a_live_event() {
     let (typing, recorder) = typing(Duration::from_secs(2)).await;
     assert_eq!(typing.typing(1, "d:1:2").await.unwrap(), Outcome::Sent(1));
-    assert_eq!(
-        recorder.0.lock().drain(..).collect::<Vec<_>>(),
-        vec![(20, vec![0], vec![Bytes::from("d:1:2/1")])]
-    );
+    assert_eq!(recorder.take(), vec![(23, 0, Bytes::from("d:1:2/1"))]);
     assert_eq!(typing.typing(3, "g:7").await.unwrap(), Outcome::Sent(2));
-    let got: Vec<(u64, Vec<i64>)> = recorder
-        .0
-        .lock()
-        .iter()
-        .map(|(c, s, _)| (*c, s.clone()))
+    let got: Vec<(u64, i64)> = recorder
+        .take()
+        .into_iter()
+        .map(|(c, s, _)| (c, s))
         .collect();
-    assert_eq!(got, vec![(10, vec![0]), (20, vec![0])]);
+    assert_eq!(got, vec![(13, 0), (23, 0)]);
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use sea_orm_migration::{prelude::*, schema::*};
 use super::reads::ReadStates;
 use crate::domain::{Preview, PushSettings};
 
-#[derive(Iden)]
+#[derive(Iden, Clone, Copy)]
 enum PushSettingsRows {
     #[iden = "push_settings"]
     Table,
@@ -21,6 +21,15 @@ enum PushSettingsRows {
     Preview,
 }
 
+/// A row's columns, the key first.
+const COLUMNS: [PushSettingsRows; 5] = [
+    PushSettingsRows::UserId,
+    PushSettingsRows::QuietStartMin,
+    PushSettingsRows::QuietEndMin,
+    PushSettingsRows::UtcOffsetMin,
+    PushSettingsRows::Preview,
+];
+
 pub(super) async fn push_settings(
     db: &DatabaseConnection,
     users: &[i64],
@@ -30,13 +39,7 @@ pub(super) async fn push_settings(
         return Ok(HashMap::new());
     }
     let stmt = Query::select()
-        .columns([
-            P::UserId,
-            P::QuietStartMin,
-            P::QuietEndMin,
-            P::UtcOffsetMin,
-            P::Preview,
-        ])
+        .columns(COLUMNS)
         .from(P::Table)
         .and_where(Expr::col(P::UserId).is_in(users.iter().copied()))
         .to_owned();
@@ -66,13 +69,7 @@ pub(super) async fn set_push_settings(
     use PushSettingsRows as P;
     let stmt = Query::insert()
         .into_table(P::Table)
-        .columns([
-            P::UserId,
-            P::QuietStartMin,
-            P::QuietEndMin,
-            P::UtcOffsetMin,
-            P::Preview,
-        ])
+        .columns(COLUMNS)
         .values_panic([
             user.into(),
             i32::from(settings.quiet_start_min).into(),
@@ -82,12 +79,7 @@ pub(super) async fn set_push_settings(
         ])
         .on_conflict(
             OnConflict::column(P::UserId)
-                .update_columns([
-                    P::QuietStartMin,
-                    P::QuietEndMin,
-                    P::UtcOffsetMin,
-                    P::Preview,
-                ])
+                .update_columns(COLUMNS[1..].iter().copied())
                 .to_owned(),
         )
         .to_owned();
