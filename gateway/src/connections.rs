@@ -32,6 +32,9 @@ pub struct Handle {
     pub frames: mpsc::Sender<Out>,
     /// Cancelled to close the connection.
     pub close: CancellationToken,
+    /// Woken when a push tells the user their groups changed: the connection re-lists the
+    /// super groups it follows.
+    pub regroup: std::sync::Arc<tokio::sync::Notify>,
 }
 
 #[derive(Default)]
@@ -83,6 +86,18 @@ impl Connections {
         });
     }
 
+    /// Connection `id` receives the live events of `groups` instead of those it followed.
+    pub fn refollow(&self, id: u64, groups: &[i64]) {
+        let mut followers = self.followers.write();
+        followers.retain(|_, conns| {
+            conns.remove(&id);
+            !conns.is_empty()
+        });
+        for group in groups {
+            followers.entry(*group).or_default().insert(id);
+        }
+    }
+
     /// Connection `id` receives the live events of `groups`.
     pub fn follow(&self, id: u64, groups: &[i64]) {
         let mut followers = self.followers.write();
@@ -115,6 +130,13 @@ impl Connections {
     pub fn close_all(&self) {
         for handle in self.open.read().values() {
             handle.close.cancel();
+        }
+    }
+
+    /// Has connection `id` re-list the super groups it follows.
+    pub fn regroup(&self, id: u64) {
+        if let Some(handle) = self.open.read().get(&id) {
+            handle.regroup.notify_one();
         }
     }
 
@@ -165,6 +187,9 @@ impl GatewayService for PushApi {
         } = request.into_inner();
         let mut gone_conn_ids = Vec::new();
         for push in pushes {
+            if push.entries.iter().any(|e| is_group_change(&e.event)) {
+                self.0.regroup(push.conn_id);
+            }
             let last_seq = push.entries.iter().map(|e| e.sync_seq).max().unwrap_or(0);
             let frame = frames::push(push.entries);
             let out = match last_seq {
@@ -192,5 +217,43 @@ impl GatewayService for PushApi {
             self.0.kick(conn, frame.clone());
         }
         Ok(Response::new(pb::KickResponse {}))
+    }
+}
+
+/// The field number of `group` in `imesh.sync.v1.SyncEvent`: a GroupChanged event.
+const GROUP_CHANGED_FIELD: u32 = 4;
+
+/// Whether an encoded SyncEvent is a GroupChanged (its oneof's field comes first), read from
+/// its first key without decoding the rest.
+fn is_group_change(event: &[u8]) -> bool {
+    let mut buf = event;
+    matches!(
+        prost::encoding::decode_key(&mut buf),
+        Ok((
+            GROUP_CHANGED_FIELD,
+            prost::encoding::WireType::LengthDelimited
+        ))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use imesh_protos::{
+        group::GroupChanged,
+        message::Message,
+        sync::{SyncEvent, sync_event::Kind},
+    };
+    use prost::Message as _;
+
+    use super::is_group_change;
+
+    #[test]
+    fn group_changes_are_told_from_other_events_by_their_first_key() {
+        let encode = |kind| SyncEvent { kind: Some(kind) }.encode_to_vec();
+        assert!(is_group_change(&encode(Kind::Group(
+            GroupChanged::default()
+        ))));
+        assert!(!is_group_change(&encode(Kind::Message(Message::default()))));
+        assert!(!is_group_change(&[]));
     }
 }

@@ -121,9 +121,11 @@ async fn run<R>(
 ) where
     R: Stream<Item = Inbound> + Unpin,
 {
+    let regroup = Arc::new(tokio::sync::Notify::new());
     let conn_id = gateway.connections.insert(Handle {
         frames: tx.clone(),
         close: close.clone(),
+        regroup: regroup.clone(),
     });
     let device = Device {
         user_id: user,
@@ -142,7 +144,7 @@ async fn run<R>(
     gateway.connections.follow(conn_id, &super_groups);
     let session = Session {
         device: device.clone(),
-        super_groups: super_groups.clone(),
+        super_groups: Arc::new(parking_lot::Mutex::new(super_groups.clone())),
         backends: gateway.backends.clone(),
     };
     let auth_ok = Body::AuthOk(pb::AuthOk {
@@ -157,7 +159,7 @@ async fn run<R>(
         .online(device.clone(), super_groups.to_vec(), true)
         .await
     {
-        Ok(()) => read_frames(&mut reader, &session, tx, close, gateway).await,
+        Ok(()) => read_frames(&mut reader, &session, tx, close, gateway, &regroup).await,
         Err(status) => {
             tracing::warn!(error = %status, "registering presence failed");
             say(
@@ -183,6 +185,7 @@ async fn read_frames<R>(
     tx: &mpsc::Sender<Out>,
     close: &CancellationToken,
     gateway: &Gateway,
+    regroup: &tokio::sync::Notify,
 ) where
     R: Stream<Item = Inbound> + Unpin,
 {
@@ -194,6 +197,10 @@ async fn read_frames<R>(
     loop {
         let inbound = tokio::select! {
             () = close.cancelled() => return,
+            () = regroup.notified() => {
+                tokio::spawn(refollow(session.clone(), gateway.connections.clone()));
+                continue;
+            }
             () = gateway.draining.cancelled() => {
                 say(tx, frames::error(0, Code::Unavailable, "gateway shutting down; reconnect", true));
                 return;
@@ -250,7 +257,7 @@ async fn read_frames<R>(
         if refreshed.elapsed() >= refresh_every {
             refreshed = Instant::now();
             let (backends, device) = (session.backends.clone(), session.device.clone());
-            let groups = session.super_groups.to_vec();
+            let groups = session.super_groups().to_vec();
             tokio::spawn(async move { backends.online(device, groups, false).await });
         }
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
@@ -267,6 +274,27 @@ async fn read_frames<R>(
             }
             .instrument(span),
         );
+    }
+}
+
+/// Re-lists the super groups the user belongs to (they joined or left one) and follows
+/// those live, here and in presence.
+async fn refollow(session: Session, connections: Arc<crate::connections::Connections>) {
+    let groups = match session.backends.super_groups(session.user()).await {
+        Ok(groups) => groups,
+        Err(status) => {
+            tracing::warn!(error = %status, "re-listing super groups failed; the old follows stay");
+            return;
+        }
+    };
+    connections.refollow(session.device.conn_id, &groups);
+    *session.super_groups.lock() = groups.clone().into();
+    if let Err(status) = session
+        .backends
+        .online(session.device.clone(), groups, false)
+        .await
+    {
+        tracing::warn!(error = %status, "registering new super groups failed; the next refresh retries");
     }
 }
 

@@ -54,8 +54,9 @@ pub fn authenticate(tokens: &Tokens, frame: &[u8]) -> Result<(u64, Verified, pb:
 #[derive(Clone)]
 pub struct Session {
     pub device: Device,
-    /// The super groups whose live events this connection receives.
-    pub super_groups: std::sync::Arc<[i64]>,
+    /// The super groups whose live events this connection receives (re-listed when the
+    /// user's memberships change).
+    pub super_groups: std::sync::Arc<parking_lot::Mutex<std::sync::Arc<[i64]>>>,
     pub backends: Backends,
 }
 
@@ -103,6 +104,11 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
 impl Session {
     pub fn user(&self) -> i64 {
         self.device.user_id
+    }
+
+    /// The super groups this connection follows now.
+    pub fn super_groups(&self) -> std::sync::Arc<[i64]> {
+        self.super_groups.lock().clone()
     }
 
     /// Handles one decoded client frame; returns the reply to write, if it has one.

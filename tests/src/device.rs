@@ -350,6 +350,29 @@ impl Device {
         }
     }
 
+    /// The next pushed inbox entry if one comes within `wait` (WebSocket devices: a TCP
+    /// read cut short would lose its partial frame).
+    pub async fn push_within(&mut self, wait: std::time::Duration) -> Option<InboxEntry> {
+        assert!(
+            matches!(self.wire, Wire::Ws(_)),
+            "push_within is for WebSocket devices"
+        );
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(entry) = self.pushes.pop_front() {
+                return Some(entry);
+            }
+            let frame = tokio::time::timeout_at(deadline, self.read()).await.ok()?;
+            match frame.expect("connection open while waiting for a push") {
+                ServerFrame {
+                    body: Some(Body::Push(push)),
+                    ..
+                } => self.pushes.extend(push.entries),
+                other => self.unsolicited.push_back(other),
+            }
+        }
+    }
+
     /// Pushed entries read so far but not taken by [`Device::next_push`].
     pub fn take_pushes(&mut self) -> Vec<InboxEntry> {
         self.pushes.drain(..).collect()
