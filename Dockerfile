@@ -2,7 +2,7 @@
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --workspace --bins \
+RUN cargo build --release --locked --workspace --exclude imesh-tests --bins \
  && mkdir /out \
  && cp target/release/relation-svc target/release/group-svc target/release/message-svc \
        target/release/sync-svc target/release/notify-svc target/release/gateway \
