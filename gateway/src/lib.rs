@@ -8,7 +8,8 @@
 //! - [`session`]: authentication and request dispatch of one device, transport-agnostic.
 //! - [`connections`]: the registry of open connections and the internal gRPC `Push`.
 //! - [`frames`]: building server frames (errors, replies, pass-through pushes).
-//! - [`window`]: pushes awaiting the client's ack, resent once, then given up.
+//! - [`writer`]: a connection's batched writes, with [`window`]: pushes awaiting the
+//!   client's ack, resent once, then given up.
 //! - [`backends`]: clients of the services a device's requests go to.
 //! - [`calls`]: friend and group operations forwarded as the connected user.
 //! - [`Service`]: builds all of it from [`Config`] and serves both listeners.
@@ -23,6 +24,7 @@ pub mod link;
 pub mod session;
 pub mod tcp;
 pub mod window;
+pub mod writer;
 pub mod ws;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
