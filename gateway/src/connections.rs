@@ -13,13 +13,15 @@ use bytes::Bytes;
 use imesh_kit::identity;
 use imesh_protos::{
     gateway::{self as pb, gateway_service_server::GatewayService},
-    sync::RawEntry,
+    group::{GroupChanged, GroupType},
+    sync::{RawEntry, SyncEvent, sync_event::Kind},
 };
 use parking_lot::RwLock;
 use prometheus_client::{
     metrics::{counter::Counter, gauge::Gauge},
     registry::Registry,
 };
+use prost::Message as _;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -32,8 +34,8 @@ pub struct Handle {
     pub frames: mpsc::Sender<Out>,
     /// Cancelled to close the connection.
     pub close: CancellationToken,
-    /// Woken when a push tells the user their groups changed: the connection re-lists the
-    /// super groups it follows.
+    /// Woken when a push tells the user a super group of theirs changed: the connection
+    /// re-lists the super groups it follows.
     pub regroup: std::sync::Arc<tokio::sync::Notify>,
 }
 
@@ -80,22 +82,20 @@ impl Connections {
         if self.open.write().remove(&id).is_some() {
             self.connected.dec();
         }
-        self.followers.write().retain(|_, conns| {
-            conns.remove(&id);
-            !conns.is_empty()
-        });
+        self.unfollow(id);
     }
 
     /// Connection `id` receives the live events of `groups` instead of those it followed.
     pub fn refollow(&self, id: u64, groups: &[i64]) {
-        let mut followers = self.followers.write();
-        followers.retain(|_, conns| {
+        self.unfollow(id);
+        self.follow(id, groups);
+    }
+
+    fn unfollow(&self, id: u64) {
+        self.followers.write().retain(|_, conns| {
             conns.remove(&id);
             !conns.is_empty()
         });
-        for group in groups {
-            followers.entry(*group).or_default().insert(id);
-        }
     }
 
     /// Connection `id` receives the live events of `groups`.
@@ -187,7 +187,7 @@ impl GatewayService for PushApi {
         } = request.into_inner();
         let mut gone_conn_ids = Vec::new();
         for push in pushes {
-            if push.entries.iter().any(|e| is_group_change(&e.event)) {
+            if push.entries.iter().any(|e| is_super_group_change(&e.event)) {
                 self.0.regroup(push.conn_id);
             }
             let last_seq = push.entries.iter().map(|e| e.sync_seq).max().unwrap_or(0);
@@ -223,37 +223,53 @@ impl GatewayService for PushApi {
 /// The field number of `group` in `imesh.sync.v1.SyncEvent`: a GroupChanged event.
 const GROUP_CHANGED_FIELD: u32 = 4;
 
-/// Whether an encoded SyncEvent is a GroupChanged (its oneof's field comes first), read from
-/// its first key without decoding the rest.
-fn is_group_change(event: &[u8]) -> bool {
+/// Whether an encoded SyncEvent is a change of a super group (which, in a super group,
+/// only reaches its actor and the members it changed). Other events are told from their
+/// first key without decoding them: a push is passed through, not parsed.
+fn is_super_group_change(event: &[u8]) -> bool {
     let mut buf = event;
-    matches!(
-        prost::encoding::decode_key(&mut buf),
+    let first_key = prost::encoding::decode_key(&mut buf);
+    if !matches!(
+        first_key,
         Ok((
             GROUP_CHANGED_FIELD,
             prost::encoding::WireType::LengthDelimited
         ))
+    ) {
+        return false;
+    }
+    matches!(
+        SyncEvent::decode(event).map(|e| e.kind),
+        Ok(Some(Kind::Group(GroupChanged { group: Some(g), .. }))) if g.r#type() == GroupType::Super
     )
 }
 
 #[cfg(test)]
 mod tests {
-    use imesh_protos::{
-        group::GroupChanged,
-        message::Message,
-        sync::{SyncEvent, sync_event::Kind},
-    };
-    use prost::Message as _;
+    use imesh_protos::{group::Group, message::Message};
 
-    use super::is_group_change;
+    use super::*;
 
     #[test]
-    fn group_changes_are_told_from_other_events_by_their_first_key() {
+    fn super_group_changes_are_told_from_other_events() {
         let encode = |kind| SyncEvent { kind: Some(kind) }.encode_to_vec();
-        assert!(is_group_change(&encode(Kind::Group(
+        let change = |kind: GroupType| {
+            encode(Kind::Group(GroupChanged {
+                group: Some(Group {
+                    r#type: kind as i32,
+                    ..Group::default()
+                }),
+                ..GroupChanged::default()
+            }))
+        };
+        assert!(is_super_group_change(&change(GroupType::Super)));
+        assert!(!is_super_group_change(&change(GroupType::Normal)));
+        assert!(!is_super_group_change(&encode(Kind::Group(
             GroupChanged::default()
         ))));
-        assert!(!is_group_change(&encode(Kind::Message(Message::default()))));
-        assert!(!is_group_change(&[]));
+        assert!(!is_super_group_change(&encode(Kind::Message(
+            Message::default()
+        ))));
+        assert!(!is_super_group_change(&[]));
     }
 }

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use imesh_kit::{error, identity};
-use imesh_protos::notify::{self as pb, notify_service_server::NotifyService};
+use imesh_protos::{
+    notify::{self as pb, notify_service_server::NotifyService},
+    sync::{self as sync_pb, PresenceChanged, SyncEvent, sync_event::Kind},
+};
 use tonic::{Request, Response, Status};
 
 use crate::{
@@ -212,29 +215,22 @@ fn status(err: Error) -> Status {
 
 /// The encoded Typing event (the domain's [`crate::typing::EncodeTyping`]).
 pub fn encode_typing(conversation_id: &str, user: i64) -> bytes::Bytes {
-    use imesh_protos::sync::{SyncEvent, Typing, sync_event::Kind};
-    use prost::Message as _;
-    SyncEvent {
-        kind: Some(Kind::Typing(Typing {
-            conversation_id: conversation_id.to_owned(),
-            user_id: user,
-        })),
-    }
-    .encode_to_vec()
-    .into()
+    encode_event(Kind::Typing(sync_pb::Typing {
+        conversation_id: conversation_id.to_owned(),
+        user_id: user,
+    }))
 }
 
 /// The encoded PresenceChanged event (the domain's [`crate::watch::EncodePresence`]).
 pub fn encode_presence(user: i64, platforms: &[String]) -> bytes::Bytes {
-    use imesh_protos::sync::{PresenceChanged, SyncEvent, sync_event::Kind};
+    encode_event(Kind::Presence(PresenceChanged {
+        user_id: user,
+        online: !platforms.is_empty(),
+        platforms: platforms.to_vec(),
+    }))
+}
+
+fn encode_event(kind: Kind) -> bytes::Bytes {
     use prost::Message as _;
-    SyncEvent {
-        kind: Some(Kind::Presence(PresenceChanged {
-            user_id: user,
-            online: !platforms.is_empty(),
-            platforms: platforms.to_vec(),
-        })),
-    }
-    .encode_to_vec()
-    .into()
+    SyncEvent { kind: Some(kind) }.encode_to_vec().into()
 }

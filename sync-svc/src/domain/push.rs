@@ -141,14 +141,11 @@ impl Inboxes {
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
-        let (settings, muted) = futures::try_join!(
+        let (settings, muted, badges) = futures::try_join!(
             self.store.push_settings(&users),
             self.store.muted_among(&targets),
+            self.store.unread_totals(&users),
         )?;
-        let badges =
-            futures::future::try_join_all(users.iter().map(|user| self.store.total_unread(*user)))
-                .await?;
-        let badges: std::collections::HashMap<i64, i64> = users.into_iter().zip(badges).collect();
         Ok(targets
             .into_iter()
             .map(|(user, conversation_id)| {

@@ -71,8 +71,14 @@ pub trait InboxStore: Send + Sync + 'static {
         pinned: Option<bool>,
         muted: Option<bool>,
     ) -> Result<Settings, StoreError>;
-    /// The sum of `user`'s unread counts outside muted conversations (the badge).
-    async fn total_unread(&self, user: i64) -> Result<i64, StoreError>;
+    /// Each of `users`' sum of unread counts outside muted conversations (the badge), 0
+    /// for those with none.
+    async fn unread_totals(&self, users: &[i64]) -> Result<HashMap<i64, i64>, StoreError>;
+    /// `user`'s badge, as [`InboxStore::unread_totals`].
+    async fn total_unread(&self, user: i64) -> Result<i64, StoreError> {
+        let totals = self.unread_totals(&[user]).await?;
+        Ok(totals.get(&user).copied().unwrap_or(0))
+    }
     /// The push settings of those of `users` who stored any.
     async fn push_settings(&self, users: &[i64]) -> Result<HashMap<i64, PushSettings>, StoreError>;
     /// Replaces `user`'s push settings.

@@ -225,8 +225,8 @@ impl InboxStore for SqlInboxStore {
         reads::update_settings(&self.db, user, conversation_id, pinned, muted).await
     }
 
-    async fn total_unread(&self, user: i64) -> Result<i64, StoreError> {
-        reads::total_unread(&self.db, user).await
+    async fn unread_totals(&self, users: &[i64]) -> Result<HashMap<i64, i64>, StoreError> {
+        reads::unread_totals(&self.db, users).await
     }
 
     async fn push_settings(&self, users: &[i64]) -> Result<HashMap<i64, PushSettings>, StoreError> {

@@ -463,6 +463,11 @@ async fn push_settings_are_replaced_whole_and_muted_conversations_leave_the_badg
             .await
             .unwrap();
         assert_eq!(store.total_unread(2).await.unwrap(), 1, "{backend:?}");
+        assert_eq!(
+            store.unread_totals(&[1, 2, 5, 9]).await.unwrap(),
+            HashMap::from([(1, 0), (2, 1), (5, 0), (9, 0)]),
+            "{backend:?}: one query for many users"
+        );
         let asked = [
             (2, "d:1:2".to_owned()),
             (2, "d:2:5".to_owned()),

@@ -452,24 +452,37 @@ pub(super) async fn update_settings(
     })
 }
 
-pub(super) async fn total_unread(db: &DatabaseConnection, user: i64) -> Result<i64, StoreError> {
+pub(super) async fn unread_totals(
+    db: &DatabaseConnection,
+    users: &[i64],
+) -> Result<HashMap<i64, i64>, StoreError> {
     use ConversationStates as C;
+    use ReadStates as R;
+    if users.is_empty() {
+        return Ok(HashMap::new());
+    }
     // Muted conversations count for nothing: do not disturb means no badge either.
-    let stmt = joined(user)
-        .and_where(
-            Expr::col((C::Table, C::MaxSeq))
-                .gt(Expr::col((ReadStates::Table, ReadStates::ReadSeq))),
+    let stmt = Query::select()
+        .columns([(R::Table, R::UserId), (R::Table, R::ReadSeq)])
+        .column((C::Table, C::MaxSeq))
+        .from(R::Table)
+        .inner_join(
+            C::Table,
+            Expr::col((C::Table, C::ConversationId)).equals((R::Table, R::ConversationId)),
         )
-        .and_where(Expr::col((ReadStates::Table, ReadStates::Muted)).eq(false))
+        .and_where(Expr::col((R::Table, R::UserId)).is_in(users.iter().copied()))
+        .and_where(Expr::col((C::Table, C::MaxSeq)).gt(Expr::col((R::Table, R::ReadSeq))))
+        .and_where(Expr::col((R::Table, R::Muted)).eq(false))
         .to_owned();
     let rows = db.query_all(&stmt).await?;
-    let mut total = 0i64;
+    let mut totals: HashMap<i64, i64> = users.iter().map(|u| (*u, 0)).collect();
     for row in &rows {
+        let user: i64 = row.try_get("", "user_id")?;
         let latest: i64 = row.try_get("", "max_seq")?;
         let read: i64 = row.try_get("", "read_seq")?;
-        total += latest - read;
+        *totals.entry(user).or_default() += latest - read;
     }
-    Ok(total)
+    Ok(totals)
 }
 
 pub(super) struct CreateConversationState;
