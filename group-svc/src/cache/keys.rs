@@ -24,3 +24,18 @@ pub fn active(group_id: i64) -> String {
 
 /// Pub/sub channel carrying the ids of groups whose cached entries are stale.
 pub const INVALIDATIONS: &str = "im:g:invalidate";
+
+/// The roster's version marker: present while the roster is complete.
+pub fn roster(group_id: i64) -> String {
+    format!("im:g:{{{group_id}}}:r")
+}
+
+/// The token of the fill in progress.
+pub fn roster_claim(group_id: i64) -> String {
+    format!("im:g:{{{group_id}}}:rc")
+}
+
+/// Sorted set: user → map id, for the roster's members with `user % 16 == bucket`.
+pub fn roster_bucket(group_id: i64, bucket: usize) -> String {
+    format!("im:g:{{{group_id}}}:r:{bucket}")
+}

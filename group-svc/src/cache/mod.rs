@@ -12,6 +12,7 @@ pub use crate::domain::{GateGroup, GateMember};
 pub mod keys;
 pub mod memory;
 pub mod redis;
+pub mod roster;
 
 /// How many recently active members a group keeps.
 pub const ACTIVE_KEPT: usize = 200;
