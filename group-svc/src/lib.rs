@@ -36,10 +36,16 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
 use crate::{
-    cache::{GroupCache, memory::MemoryGroupCache, redis::RedisGroupCache},
+    cache::{
+        GroupCache,
+        memory::MemoryGroupCache,
+        redis::RedisGroupCache,
+        roster::{Rosters, memory::MemoryRosters, redis::RedisRosters},
+    },
     domain::{
         Gate, Groups,
         groups::{Nicknames, SeqSource},
+        roster::Roster,
     },
 };
 
@@ -88,7 +94,7 @@ pub fn wire(
     node_id: u16,
     db: sea_orm::DatabaseConnection,
     (seqs, names): (Arc<dyn SeqSource>, Arc<dyn Nicknames>),
-    shared: Arc<dyn GroupCache>,
+    (shared, rosters): (Arc<dyn GroupCache>, Arc<dyn Rosters>),
 ) -> anyhow::Result<(api::GroupApi, Relay)> {
     let ids = Arc::new(Snowflake::new(node_id));
     let caller = Caller::new(&auth.internal_secret)?;
@@ -113,25 +119,44 @@ pub fn wire(
         Duration::from_millis(config.gate_ttl_ms),
         config.gate_max_groups,
     ));
-    let groups = Arc::new(Groups::new(store, ids, seqs, names, gate.clone()));
-    Ok((api::GroupApi::new(groups, gate), relay))
+    let roster = Roster::new(store.clone(), rosters);
+    let groups = Arc::new(Groups::new(
+        store,
+        ids,
+        seqs,
+        names,
+        (gate.clone(), roster.clone()),
+    ));
+    Ok((api::GroupApi::new(groups, gate, roster), relay))
 }
 
 /// The shared cache the configuration names, and the Redis URL its invalidations are
 /// broadcast on (none in process).
-async fn shared_cache(config: &Config) -> anyhow::Result<(Arc<dyn GroupCache>, Option<String>)> {
+async fn shared_cache(config: &Config) -> anyhow::Result<(SharedCaches, Option<String>)> {
     let ttl = Duration::from_secs(config.cache_ttl_secs);
     Ok(match config.redis.url() {
         Some(url) => {
             let pool = imesh_kit::redis::connect(&config.redis, url).await?;
             (
-                Arc::new(RedisGroupCache::new(pool, ttl)),
+                (
+                    Arc::new(RedisGroupCache::new(pool.clone(), ttl)),
+                    Arc::new(RedisRosters::new(pool)),
+                ),
                 Some(url.to_owned()),
             )
         }
-        None => (Arc::new(MemoryGroupCache::new(ttl)), None),
+        None => (
+            (
+                Arc::new(MemoryGroupCache::new(ttl)),
+                Arc::new(MemoryRosters::default()),
+            ),
+            None,
+        ),
     })
 }
+
+/// The shared group cache and the rosters of large groups.
+type SharedCaches = (Arc<dyn GroupCache>, Arc<dyn Rosters>);
 
 /// group-svc, built and ready to serve.
 pub struct Service {
@@ -163,6 +188,7 @@ impl Service {
         let (api, relay) = wire(&config, auth, node_id, db.clone(), (seqs, names), shared)?;
         let mut registry = imesh_kit::metrics::registry("group-svc");
         api.gate().register(&mut registry);
+        api.roster().register(&mut registry);
         let relay = relay.observed(&RelayMetrics::register(&mut registry));
         let invalidations = match redis_url {
             Some(url) => {

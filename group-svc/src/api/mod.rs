@@ -9,7 +9,7 @@ use imesh_kit::identity::actor;
 use imesh_protos::group::{self as pb, group_service_server::GroupService};
 use tonic::{Request, Response, Status};
 
-use crate::domain::{Gate, Groups, groups::NewGroup, rules::InfoEdit};
+use crate::domain::{Gate, Groups, groups::NewGroup, roster::Roster, rules::InfoEdit};
 use convert::{
     group_reply, group_to_proto, kind_to_proto, member_to_proto, members_reply, role_to_proto,
     status,
@@ -18,15 +18,24 @@ use convert::{
 pub struct GroupApi {
     groups: Arc<Groups>,
     gate: Arc<Gate>,
+    roster: Arc<Roster>,
 }
 
 impl GroupApi {
-    pub fn new(groups: Arc<Groups>, gate: Arc<Gate>) -> Self {
-        Self { groups, gate }
+    pub fn new(groups: Arc<Groups>, gate: Arc<Gate>, roster: Arc<Roster>) -> Self {
+        Self {
+            groups,
+            gate,
+            roster,
+        }
     }
 
     pub fn gate(&self) -> Arc<Gate> {
         self.gate.clone()
+    }
+
+    pub fn roster(&self) -> Arc<Roster> {
+        self.roster.clone()
     }
 }
 

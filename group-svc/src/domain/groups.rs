@@ -8,6 +8,7 @@ use imesh_kit::{error::StoreError, ids::Snowflake};
 use super::{
     Error, Gate, Group, GroupStatus, GroupType, JoinMode, JoinRequest, Member, MemberStatus, Role,
     conversation_id, invalid,
+    roster::Roster,
     rules::{self, GroupChange, GroupState, InfoEdit, Now},
 };
 use crate::store::GroupStore;
@@ -55,7 +56,10 @@ pub struct Groups {
     seqs: Arc<dyn SeqSource>,
     names: Arc<dyn Nicknames>,
     gate: Arc<Gate>,
+    roster: Arc<Roster>,
 }
+
+const NOT_A_MEMBER: Error = Error::NotMember("group_id: you are not a member of this group");
 
 /// Members read per query when listing a whole group.
 const MEMBER_MAP_PAGE: u32 = 1000;
@@ -66,7 +70,7 @@ impl Groups {
         ids: Arc<Snowflake>,
         seqs: Arc<dyn SeqSource>,
         names: Arc<dyn Nicknames>,
-        gate: Arc<Gate>,
+        (gate, roster): (Arc<Gate>, Arc<Roster>),
     ) -> Self {
         Self {
             store,
@@ -74,6 +78,7 @@ impl Groups {
             seqs,
             names,
             gate,
+            roster,
         }
     }
 
@@ -346,9 +351,12 @@ impl Groups {
         cursor: u32,
         limit: u32,
     ) -> Result<(Vec<Member>, u32), Error> {
-        self.as_member(me, group_id).await?;
+        let group = self.as_reader(me, group_id).await?;
         let limit = page_limit(limit, 100, 500)?;
-        let mut page = self.store.page(group_id, cursor, limit + 1).await?;
+        let mut page = match self.roster_page(&group, cursor, limit + 1).await? {
+            Some(page) => page,
+            None => self.store.page(group_id, cursor, limit + 1).await?,
+        };
         let next = if page.len() > limit as usize {
             page.pop().map_or(0, |m| m.map_id)
         } else {
@@ -363,14 +371,14 @@ impl Groups {
         group_id: i64,
         users: &[i64],
     ) -> Result<Vec<Member>, Error> {
-        self.as_member(me, group_id).await?;
+        self.as_reader(me, group_id).await?;
         let users = parse_users("user_ids", users)?;
         Ok(self.store.members(group_id, &users).await?)
     }
 
     /// The current members who sent most recently (super groups keep no full list).
     pub async fn active(&self, me: i64, group_id: i64, limit: u32) -> Result<Vec<Member>, Error> {
-        self.as_member(me, group_id).await?;
+        self.as_reader(me, group_id).await?;
         let ids = self
             .gate
             .active(
@@ -391,7 +399,7 @@ impl Groups {
         query: &str,
         limit: u32,
     ) -> Result<Vec<Member>, Error> {
-        self.as_member(me, group_id).await?;
+        self.as_reader(me, group_id).await?;
         let query = query.trim();
         if query.is_empty() || query.chars().count() > 32 {
             return Err(invalid("query", "must be 1–32 characters"));
@@ -461,6 +469,7 @@ impl Groups {
             other => other?,
         };
         self.gate.forget(group_id).await;
+        self.roster.discard(group_id).await;
         // Memberships nobody renamed yet (version 0) take the current nicknames.
         let names: Vec<(i64, String, i64)> = self
             .nicknames(&unique)
@@ -472,6 +481,42 @@ impl Groups {
         Ok(added)
     }
 
+    /// The group, when `me` is a current member; a large group asks its roster first.
+    async fn as_reader(&self, me: i64, group_id: i64) -> Result<Group, Error> {
+        let group = self.get(group_id).await?;
+        if Roster::covers(&group) {
+            match self.roster.is_member(group_id, me).await {
+                Some(true) => return Ok(group),
+                Some(false) => return Err(NOT_A_MEMBER),
+                None => {}
+            }
+        }
+        self.as_member(me, group_id).await.map(|(group, _)| group)
+    }
+
+    /// A page of a large group's current members from its roster, by map id; `None` when
+    /// the group has no roster yet, or the roster lags the database (then the database
+    /// answers).
+    async fn roster_page(
+        &self,
+        group: &Group,
+        from: u32,
+        limit: u32,
+    ) -> Result<Option<Vec<Member>>, Error> {
+        if !Roster::covers(group) {
+            return Ok(None);
+        }
+        let Some(ids) = self.roster.page(group.id, from, limit).await else {
+            return Ok(None);
+        };
+        let mut rows = self.store.members(group.id, &ids).await?;
+        if rows.len() != ids.len() || !rows.iter().all(Member::is_current) {
+            return Ok(None);
+        }
+        rows.sort_unstable_by_key(|m| m.map_id);
+        Ok(Some(rows))
+    }
+
     async fn as_member(&self, me: i64, group_id: i64) -> Result<(Group, Member), Error> {
         let group = self.get(group_id).await?;
         let member = self
@@ -480,12 +525,7 @@ impl Groups {
             .await?
             .into_iter()
             .find(Member::is_current);
-        Ok((
-            group,
-            member.ok_or(Error::NotMember(
-                "group_id: you are not a member of this group",
-            ))?,
-        ))
+        Ok((group, member.ok_or(NOT_A_MEMBER)?))
     }
 
     /// Copies relation-svc's nicknames onto every membership of the users named, unless a
@@ -560,6 +600,7 @@ impl Groups {
             other => other?,
         };
         self.gate.forget(group_id).await;
+        self.roster.changed(&done.0, &done.1).await;
         Ok(done)
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod gate;
 pub mod groups;
+pub mod roster;
 pub mod rules;
 
 use imesh_kit::error::StoreError;

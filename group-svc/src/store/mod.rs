@@ -38,6 +38,8 @@ pub trait GroupStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Member>, StoreError>;
     async fn member_ids(&self, group_id: i64) -> Result<Vec<i64>, StoreError>;
+    /// Every current member as `(map_id, user)`, by map id (a large group's roster).
+    async fn roster(&self, group_id: i64) -> Result<Vec<(u32, i64)>, StoreError>;
     /// Sets each `(user, nickname, version)` on every membership row of the user whose
     /// stored version is lower; returns how many rows changed.
     async fn rename(&self, names: &[(i64, String, i64)]) -> Result<u64, StoreError>;

@@ -283,6 +283,10 @@ async fn a_bulk_import_adds_members_with_dense_map_ids_and_skips_existing_ones()
             vec![(1_200, 1_201)],
             "{b:?}"
         );
+        let roster = s.store.roster(10).await.unwrap();
+        assert_eq!(roster.len(), 1_201, "{b:?}");
+        assert!(roster.is_sorted(), "{b:?}: by map id");
+        assert_eq!(roster[1_200], (1_200, 1_201), "{b:?}: map ids from 0");
     }
 }
 

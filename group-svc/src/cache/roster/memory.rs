@@ -111,7 +111,10 @@ impl Rosters for MemoryRosters {
         members: &[Entry],
     ) -> Result<bool, StoreError> {
         let mut groups = self.groups.lock();
-        let held = |r: &&mut Roster| r.claim.is_some_and(|(c, at)| c == claim && at.elapsed() < CLAIM_TTL);
+        let held = |r: &&mut Roster| {
+            r.claim
+                .is_some_and(|(c, at)| c == claim && at.elapsed() < CLAIM_TTL)
+        };
         let Some(roster) = groups.get_mut(&group_id).filter(held) else {
             return Ok(false);
         };

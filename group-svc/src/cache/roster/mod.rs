@@ -43,8 +43,12 @@ pub struct Entry {
 pub trait Rosters: Send + Sync + 'static {
     /// Current members with `map_id >= from`, by map id, at most `limit`; `None` when no
     /// roster of the group is stored.
-    async fn page(&self, group_id: i64, from: u32, limit: u32)
-    -> Result<Option<Vec<Entry>>, StoreError>;
+    async fn page(
+        &self,
+        group_id: i64,
+        from: u32,
+        limit: u32,
+    ) -> Result<Option<Vec<Entry>>, StoreError>;
     /// `Some(Some(map_id))` for a current member, `Some(None)` for anyone else, `None`
     /// when no roster is stored.
     async fn member(&self, group_id: i64, user: i64) -> Result<Option<Option<u32>>, StoreError>;

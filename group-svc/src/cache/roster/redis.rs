@@ -112,7 +112,9 @@ impl Rosters for RedisRosters {
                 })
             })
             .collect::<Result<Vec<_>, std::num::ParseIntError>>()
-            .map_err(|e| StoreError::Unavailable(anyhow::anyhow!("a malformed roster entry: {e}")))?;
+            .map_err(|e| {
+                StoreError::Unavailable(anyhow::anyhow!("a malformed roster entry: {e}"))
+            })?;
         entries.sort_unstable();
         entries.truncate(limit as usize);
         Ok(Some(entries))

@@ -80,12 +80,24 @@ async fn changes_in_version_order_keep_the_roster_exact() {
         let page = rosters.page(g, 40, 10).await.unwrap().unwrap();
         assert_eq!(
             page,
-            vec![entry(40, members(40)[39].user), entry(41, 5), entry(42, 21), entry(43, gone)],
+            vec![
+                entry(40, members(40)[39].user),
+                entry(41, 5),
+                entry(42, 21),
+                entry(43, gone)
+            ],
             "{name}"
         );
-        assert_eq!(rosters.member(g, gone).await.unwrap(), Some(Some(43)), "{name}");
+        assert_eq!(
+            rosters.member(g, gone).await.unwrap(),
+            Some(Some(43)),
+            "{name}"
+        );
         let first = rosters.page(g, 0, 6).await.unwrap().unwrap();
-        assert!(first.iter().all(|e| e.map_id != 5), "{name}: the old map id is gone");
+        assert!(
+            first.iter().all(|e| e.map_id != 5),
+            "{name}: the old map id is gone"
+        );
     }
 }
 
@@ -111,15 +123,26 @@ async fn a_change_during_a_fill_keeps_its_snapshot_unpublished() {
     for (name, rosters) in rosters().await {
         let g = testing::random_id();
         let claim = rosters.claim(g).await.unwrap().unwrap();
-        assert_eq!(rosters.claim(g).await.unwrap(), None, "{name}: one filler at a time");
+        assert_eq!(
+            rosters.claim(g).await.unwrap(),
+            None,
+            "{name}: one filler at a time"
+        );
         // The snapshot was read before this change landed.
         rosters.apply(g, 5, &[entry(4, 4)], &[]).await.unwrap();
-        assert!(!rosters.fill(g, claim, 4, &members(3)).await.unwrap(), "{name}");
+        assert!(
+            !rosters.fill(g, claim, 4, &members(3)).await.unwrap(),
+            "{name}"
+        );
         assert_eq!(rosters.page(g, 0, 10).await.unwrap(), None, "{name}");
         // The revoked claim frees the group for the next filler.
         filled(&*rosters, g, 5, &members(4)).await;
         rosters.discard(g).await.unwrap();
-        assert_eq!(rosters.member(g, 4).await.unwrap(), None, "{name}: discarded");
+        assert_eq!(
+            rosters.member(g, 4).await.unwrap(),
+            None,
+            "{name}: discarded"
+        );
     }
 }
 
@@ -130,7 +153,15 @@ async fn an_empty_group_is_a_roster_too() {
         filled(&*rosters, g, 1, &members(20)).await;
         rosters.discard(g).await.unwrap();
         filled(&*rosters, g, 2, &[]).await;
-        assert_eq!(rosters.page(g, 0, 10).await.unwrap(), Some(vec![]), "{name}");
-        assert_eq!(rosters.member(g, members(20)[0].user).await.unwrap(), Some(None), "{name}");
+        assert_eq!(
+            rosters.page(g, 0, 10).await.unwrap(),
+            Some(vec![]),
+            "{name}"
+        );
+        assert_eq!(
+            rosters.member(g, members(20)[0].user).await.unwrap(),
+            Some(None),
+            "{name}"
+        );
     }
 }

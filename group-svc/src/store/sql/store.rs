@@ -163,6 +163,17 @@ impl GroupStore for SqlGroupStore {
         Ok(current_ids(&self.db, group_id).await?)
     }
 
+    async fn roster(&self, group_id: i64) -> Result<Vec<(u32, i64)>, StoreError> {
+        let rows: Vec<(i32, i64)> = current_members(group_id)
+            .select_only()
+            .columns([members::Column::MapId, members::Column::UserId])
+            .order_by_asc(members::Column::MapId)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        Ok(rows.into_iter().map(|(m, u)| (m as u32, u)).collect())
+    }
+
     async fn rename(&self, names: &[(i64, String, i64)]) -> Result<u64, StoreError> {
         let mut renamed = 0;
         for (user, nickname, at) in names {

@@ -1,5 +1,7 @@
 //! Handler tests over SQLite: every refusal is the precise status, and changes nothing.
 
+mod roster;
+
 use std::sync::Arc;
 
 use imesh_kit::{
@@ -36,6 +38,13 @@ impl Nicknames for FixedSeq {
 }
 
 async fn api() -> GroupApi {
+    api_with(Arc::new(
+        crate::cache::roster::memory::MemoryRosters::default(),
+    ))
+    .await
+}
+
+async fn api_with(rosters: Arc<dyn crate::cache::roster::Rosters>) -> GroupApi {
     let auth = AuthConfig {
         internal_secret: Secret::new("internal-secret-0123456789"),
         jwt_secret: Secret::new("jwt-secret-0123456789abcdef"),
@@ -48,7 +57,7 @@ async fn api() -> GroupApi {
         std::time::Duration::from_secs(60),
     ));
     let peers = (Arc::new(FixedSeq) as _, Arc::new(FixedSeq) as _);
-    crate::wire(&Config::default(), &auth, 4, db, peers, shared)
+    crate::wire(&Config::default(), &auth, 4, db, peers, (shared, rosters))
         .unwrap()
         .0
 }
