@@ -1,6 +1,7 @@
 //! The group hot paths on the embedded default (SQLite): `CheckSend` answered from the gate's
-//! cache, and paging / searching a 100,000-member super group (built with the bulk import,
-//! whose duration is printed once).
+//! cache, and paging a 100,000-member super group (built with the bulk import, whose
+//! duration is printed once) by keyset from the database and from its roster, in process
+//! and — when `IMESH_TEST_REDIS_URL` names one — in Redis (fills printed once).
 
 use std::{
     sync::Arc,
@@ -9,6 +10,7 @@ use std::{
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use group_svc::{
+    cache::roster::{Entry, Rosters, memory::MemoryRosters, redis::RedisRosters},
     domain::{Gate, Group, GroupType, JoinMode, Member, MemberStatus, Role},
     store::{GroupStore, sql},
 };
@@ -99,7 +101,61 @@ fn benches(c: &mut Criterion) {
     g.bench_function("page of 100/100,000-member group, last page", |b| {
         b.iter(|| rt.block_on(store.page(2, 99_950, 100)).unwrap())
     });
+    g.bench_function("member check, database", |b| {
+        b.iter(|| rt.block_on(store.members(2, &[77_777])).unwrap())
+    });
+    for (name, rosters) in rt.block_on(rosters()) {
+        let started = Instant::now();
+        rt.block_on(fill(&*store, &*rosters));
+        println!(
+            "{name} roster fill of the 100,000-member group: {:?}",
+            started.elapsed()
+        );
+        g.bench_function(
+            format!("page of 100/100,000-member group, from map id 50,000, {name} roster"),
+            |b| {
+                b.iter(|| {
+                    rt.block_on(async {
+                        let page = rosters.page(2, 50_000, 100).await.unwrap().unwrap();
+                        let ids: Vec<i64> = page.iter().map(|e| e.user).collect();
+                        store.members(2, &ids).await.unwrap()
+                    })
+                })
+            },
+        );
+        g.bench_function(format!("member check, {name} roster"), |b| {
+            b.iter(|| rt.block_on(rosters.member(2, 77_777)).unwrap().unwrap())
+        });
+    }
     g.finish();
+}
+
+/// The in-process roster, and Redis's when the tests' Redis is named.
+async fn rosters() -> Vec<(&'static str, Arc<dyn Rosters>)> {
+    let mut out: Vec<(&'static str, Arc<dyn Rosters>)> =
+        vec![("in-process", Arc::new(MemoryRosters::default()))];
+    if let Some((_, config)) = testing::redis_servers().into_iter().next() {
+        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
+            .await
+            .unwrap();
+        out.push(("Redis", Arc::new(RedisRosters::new(pool))));
+    }
+    out
+}
+
+/// Fills group 2's roster from the database, as a miss does.
+async fn fill(store: &dyn GroupStore, rosters: &dyn Rosters) {
+    rosters.discard(2).await.unwrap();
+    let claim = rosters.claim(2).await.unwrap().unwrap();
+    let version = store.group(2).await.unwrap().unwrap().version;
+    let members: Vec<Entry> = store
+        .roster(2)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(map_id, user)| Entry { map_id, user })
+        .collect();
+    assert!(rosters.fill(2, claim, version, &members).await.unwrap());
 }
 
 criterion_group!(group_benches, benches);

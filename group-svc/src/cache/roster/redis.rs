@@ -52,15 +52,29 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
 return 1";
 
-/// ARGV: from, limit. Nil without a marker, else `+` then `user, map_id` pairs by bucket.
+/// ARGV: from, limit. Nil without a marker, else `+` then `user, map_id` pairs, at least
+/// `limit` of them while any are left. Map ids are dense, so the window `[from, from +
+/// limit)` usually holds the whole page; it doubles past the gaps left members leave.
 const PAGE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-local out = {'+'}
-for i = 3, #KEYS do
-  local rows = redis.call('ZRANGE', KEYS[i], ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, ARGV[2], 'WITHSCORES')
-  for j = 1, #rows do out[#out + 1] = rows[j] end
-end
-return out";
+local out, found = {'+'}, 0
+local limit = tonumber(ARGV[2])
+local low, span = tonumber(ARGV[1]), limit
+while true do
+  local high = low + span
+  for i = 3, #KEYS do
+    local rows = redis.call('ZRANGE', KEYS[i], low, '(' .. high, 'BYSCORE', 'WITHSCORES')
+    for j = 1, #rows do out[#out + 1] = rows[j] end
+    found = found + #rows / 2
+  end
+  if found >= limit then return out end
+  local more = false
+  for i = 3, #KEYS do
+    if #redis.call('ZRANGE', KEYS[i], high, '+inf', 'BYSCORE', 'LIMIT', 0, 1) > 0 then more = true end
+  end
+  if not more then return out end
+  low, span = high, span * 2
+end";
 
 /// KEYS: marker, the user's bucket. -2 without a marker, -1 for no member, else the map id.
 const MEMBER: &str = r"

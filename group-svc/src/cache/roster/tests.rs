@@ -35,6 +35,21 @@ async fn filled(rosters: &dyn Rosters, g: i64, version: i64, members: &[Entry]) 
     assert!(rosters.fill(g, claim, version, members).await.unwrap());
 }
 
+/// Every entry, page by page of `limit`.
+async fn all_pages(rosters: &dyn Rosters, g: i64, limit: u32) -> Vec<Entry> {
+    let mut paged = Vec::new();
+    let mut from = 0;
+    loop {
+        let page = rosters.page(g, from, limit).await.unwrap().unwrap();
+        assert!(page.len() <= limit as usize);
+        let Some(last) = page.last() else {
+            return paged;
+        };
+        from = last.map_id + 1;
+        paged.extend(page);
+    }
+}
+
 #[tokio::test]
 async fn pages_follow_map_ids_across_buckets_and_membership_reads_back() {
     for (name, rosters) in rosters().await {
@@ -43,16 +58,11 @@ async fn pages_follow_map_ids_across_buckets_and_membership_reads_back() {
         assert_eq!(rosters.member(g, 7).await.unwrap(), None, "{name}");
         let all = members(4_500);
         filled(&*rosters, g, 3, &all).await;
-        let mut paged = Vec::new();
-        let mut from = 0;
-        loop {
-            let page = rosters.page(g, from, 500).await.unwrap().unwrap();
-            assert!(page.len() <= 500, "{name}");
-            let Some(last) = page.last() else { break };
-            from = last.map_id + 1;
-            paged.extend(page);
-        }
-        assert_eq!(paged, all, "{name}: every member once, in map-id order");
+        assert_eq!(
+            all_pages(&*rosters, g, 500).await,
+            all,
+            "{name}: every member once, in map-id order"
+        );
         let some = all[1234];
         assert_eq!(
             rosters.member(g, some.user).await.unwrap(),
@@ -60,6 +70,16 @@ async fn pages_follow_map_ids_across_buckets_and_membership_reads_back() {
             "{name}"
         );
         assert_eq!(rosters.member(g, 42).await.unwrap(), Some(None), "{name}");
+
+        // Most members gone: pages reach past the gaps.
+        let sparse: Vec<Entry> = members(4_500).into_iter().step_by(97).collect();
+        let g = testing::random_id();
+        filled(&*rosters, g, 1, &sparse).await;
+        assert_eq!(
+            all_pages(&*rosters, g, 7).await,
+            sparse,
+            "{name}: sparse map ids"
+        );
     }
 }
 
