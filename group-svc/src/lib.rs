@@ -4,9 +4,10 @@
 //! # Layout
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
 //! - [`domain`]: the model, the rules (pure decisions under a lock on the group), the
-//!   operations, and the cached send gate.
+//!   operations, the cached send gate, and large groups' rosters.
 //! - [`store`]: the [`store::GroupStore`] port and its sea-orm adapter with migrations.
-//! - [`cache`]: the shared group cache (Redis with pub/sub invalidation, or in-process).
+//! - [`cache`]: the shared group cache (Redis with pub/sub invalidation, or in-process), and
+//!   the rosters of large groups (bucketed sorted sets).
 //! - [`events`]: group changes as sync events, relayed to sync-svc through the outbox.
 //! - [`notices`]: the timeline notices group changes leave in the conversation (message-svc).
 //! - [`peers`]: message-svc, for the conversation seq a joiner's history starts after.

@@ -1,6 +1,7 @@
 //! Groups and their members (seed 000, RBAC of seed 001), with no tonic or sea-orm types:
 //! the model here, the decisions in [`rules`] (pure functions of a group's state, run under
-//! the store's lock on the group), the operations in [`groups`], the send gate in [`gate`].
+//! the store's lock on the group), the operations in [`groups`], the send gate in [`gate`],
+//! large groups' member lists in [`roster`].
 
 pub mod gate;
 pub mod groups;
