@@ -33,6 +33,7 @@ use imesh_kit::{
     outbox::{Relay, RelayMetrics, SqlOutbox, SyncSink},
 };
 use imesh_protos::group::group_service_server::GroupServiceServer;
+use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
@@ -46,6 +47,7 @@ use crate::{
     domain::{
         Gate, Groups,
         groups::{Nicknames, SeqSource},
+        recount,
         roster::Roster,
     },
 };
@@ -69,6 +71,8 @@ pub struct Config {
     pub gate_ttl_ms: u64,
     pub gate_max_groups: usize,
     pub outbox_batch: u64,
+    /// How often every group's member_count is recounted and corrected (0: never).
+    pub recount_interval_secs: u64,
 }
 
 impl Default for Config {
@@ -78,6 +82,7 @@ impl Default for Config {
             database: SqlConfig::default(),
             redis: RedisConfig::default(),
             cache_ttl_secs: 300,
+            recount_interval_secs: 3_600,
             message_addr: "127.0.0.1:50053".into(),
             relation_addr: "127.0.0.1:50051".into(),
             sync_addr: "127.0.0.1:50054".into(),
@@ -169,6 +174,7 @@ pub struct Service {
     db: sea_orm::DatabaseConnection,
     /// Applies other replicas' invalidations (Redis only).
     invalidations: Option<tokio::task::JoinHandle<()>>,
+    corrected: Counter,
 }
 
 impl Service {
@@ -190,6 +196,12 @@ impl Service {
         let mut registry = imesh_kit::metrics::registry("group-svc");
         api.gate().register(&mut registry);
         api.roster().register(&mut registry);
+        let corrected = Counter::default();
+        registry.register(
+            "group_member_counts_corrected",
+            "Groups whose stored member_count the recount sweep corrected",
+            corrected.clone(),
+        );
         let relay = relay.observed(&RelayMetrics::register(&mut registry));
         let invalidations = match redis_url {
             Some(url) => {
@@ -207,6 +219,7 @@ impl Service {
             registry,
             db,
             invalidations,
+            corrected,
         })
     }
 
@@ -217,6 +230,9 @@ impl Service {
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
         let relay = self.relay.spawn();
+        let interval = Duration::from_secs(self.config.recount_interval_secs);
+        let recounts = (!interval.is_zero())
+            .then(|| tokio::spawn(recount::every(self.api.groups(), interval, self.corrected)));
         let served = grpc::Server::new(&self.config.grpc)
             .add_service(GroupServiceServer::with_interceptor(
                 self.api,
@@ -227,7 +243,7 @@ impl Service {
             .serve(listener, shutdown)
             .await;
         relay.stop().await?;
-        if let Some(task) = self.invalidations {
+        for task in self.invalidations.into_iter().chain(recounts) {
             task.abort();
         }
         self.db.close().await?;

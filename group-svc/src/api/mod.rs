@@ -37,6 +37,10 @@ impl GroupApi {
     pub fn roster(&self) -> Arc<Roster> {
         self.roster.clone()
     }
+
+    pub fn groups(&self) -> Arc<Groups> {
+        self.groups.clone()
+    }
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -468,6 +472,15 @@ impl GroupService for GroupApi {
             .await
             .map_err(status)?;
         ok(pb::ImportMembersResponse { added })
+    }
+
+    async fn recount_members(
+        &self,
+        request: Request<pb::RecountMembersRequest>,
+    ) -> Reply<pb::RecountMembersResponse> {
+        let pb::RecountMembersRequest { group_id } = system_call(request)?;
+        let (stored, counted) = self.groups.recount(group_id).await.map_err(status)?;
+        ok(pb::RecountMembersResponse { stored, counted })
     }
 }
 

@@ -447,6 +447,25 @@ impl Groups {
         }
     }
 
+    /// Internal: counts the group's current members and corrects a `member_count` that
+    /// drifted; returns the count stored before and the count now.
+    pub async fn recount(&self, group_id: i64) -> Result<(u32, u32), Error> {
+        let (stored, group) = match self.store.recount(group_id).await {
+            Err(StoreError::NotFound) => return Err(Error::NotFound),
+            other => other?,
+        };
+        if stored != group.member_count {
+            self.gate.forget(group_id).await;
+            self.roster.changed(&group, &[]).await;
+        }
+        Ok((stored, group.member_count))
+    }
+
+    /// Ids of groups after `after`, ascending (sweeps).
+    pub async fn group_ids(&self, after: i64, limit: u32) -> Result<Vec<i64>, Error> {
+        Ok(self.store.group_ids(after, limit).await?)
+    }
+
     /// Bulk adds (imports, load tests): no events, no invitation rules.
     pub async fn import(&self, group_id: i64, users: &[i64]) -> Result<u32, Error> {
         if users.len() > 10_000 {

@@ -5,6 +5,7 @@
 
 pub mod gate;
 pub mod groups;
+pub mod recount;
 pub mod roster;
 pub mod rules;
 

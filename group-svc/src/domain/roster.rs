@@ -96,7 +96,7 @@ impl Roster {
         }
     }
 
-    /// Drops the roster after a change that bumps no version (imports).
+    /// Drops the roster after a change too large to apply (imports).
     pub async fn discard(&self, group_id: i64) {
         if let Err(e) = self.rosters.discard(group_id).await {
             tracing::warn!(error = %e, group_id, "dropping the roster failed");

@@ -59,6 +59,12 @@ pub trait GroupStore: Send + Sync + 'static {
         users: &[i64],
         plan: Plan<'_>,
     ) -> Result<(Group, Vec<Member>), Error>;
+    /// Under the group's lock, counts its current members and stores the count when it
+    /// differs from `member_count`. Returns the count stored before and the group after
+    /// (its version bumped only when the count was corrected). NotFound for no group.
+    async fn recount(&self, group_id: i64) -> Result<(u32, Group), StoreError>;
+    /// Ids of groups with `id > after`, ascending, at most `limit` (sweeps).
+    async fn group_ids(&self, after: i64, limit: u32) -> Result<Vec<i64>, StoreError>;
     /// Adds current members in bulk (new map ids, no events), skipping existing members;
     /// returns how many were added. `users` MUST hold no duplicates. MUST fail with
     /// `Conflict`, adding nothing, when the group would exceed its `max_member`.

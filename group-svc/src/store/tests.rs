@@ -15,6 +15,7 @@ struct Stores {
     backend: testing::Backend,
     store: Arc<dyn GroupStore>,
     outbox: SqlOutbox,
+    db: sea_orm::DatabaseConnection,
 }
 
 async fn stores() -> Vec<Stores> {
@@ -33,7 +34,8 @@ async fn stores() -> Vec<Stores> {
         out.push(Stores {
             backend,
             store: Arc::new(store),
-            outbox: SqlOutbox::new(db, OUTBOX_TABLE),
+            outbox: SqlOutbox::new(db.clone(), OUTBOX_TABLE),
+            db,
         });
     }
     out
@@ -356,5 +358,41 @@ async fn search_matches_nicknames_and_renames_only_move_forward_on_every_members
         );
         let found = s.store.members(10, &[3]).await.unwrap();
         assert_eq!(found[0].nickname, "Cy", "{b:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_recount_corrects_a_drifted_member_count_and_only_then_bumps_the_version() {
+    use sea_orm::ConnectionTrait;
+    for s in stores().await {
+        let b = s.backend;
+        let created = group(&s, 10).await;
+        group(&s, 20).await;
+        assert_eq!(
+            s.store.recount(10).await.unwrap(),
+            (3, created.clone()),
+            "{b:?}: a count in step changes nothing"
+        );
+        s.db.execute_unprepared("UPDATE im_group SET member_count = 9 WHERE id = 10")
+            .await
+            .unwrap();
+        let (stored, after) = s.store.recount(10).await.unwrap();
+        assert_eq!(
+            (stored, after.member_count, after.version),
+            (9, 3, created.version + 1),
+            "{b:?}"
+        );
+        assert_eq!(s.store.group(10).await.unwrap(), Some(after), "{b:?}");
+        assert!(matches!(
+            s.store.recount(11).await,
+            Err(StoreError::NotFound)
+        ));
+        assert_eq!(
+            s.store.group_ids(0, 10).await.unwrap(),
+            vec![10, 20],
+            "{b:?}"
+        );
+        assert_eq!(s.store.group_ids(10, 10).await.unwrap(), vec![20], "{b:?}");
+        assert_eq!(s.store.group_ids(0, 1).await.unwrap(), vec![10], "{b:?}");
     }
 }

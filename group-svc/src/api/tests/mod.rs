@@ -1,5 +1,6 @@
 //! Handler tests over SQLite: every refusal is the precise status, and changes nothing.
 
+mod recount;
 mod roster;
 
 use std::sync::Arc;
@@ -45,6 +46,13 @@ async fn api() -> GroupApi {
 }
 
 async fn api_with(rosters: Arc<dyn crate::cache::roster::Rosters>) -> GroupApi {
+    api_over(rosters).await.0
+}
+
+/// The API with the given rosters, and its database.
+async fn api_over(
+    rosters: Arc<dyn crate::cache::roster::Rosters>,
+) -> (GroupApi, sea_orm::DatabaseConnection) {
     let auth = AuthConfig {
         internal_secret: Secret::new("internal-secret-0123456789"),
         jwt_secret: Secret::new("jwt-secret-0123456789abcdef"),
@@ -57,9 +65,16 @@ async fn api_with(rosters: Arc<dyn crate::cache::roster::Rosters>) -> GroupApi {
         std::time::Duration::from_secs(60),
     ));
     let peers = (Arc::new(FixedSeq) as _, Arc::new(FixedSeq) as _);
-    crate::wire(&Config::default(), &auth, 4, db, peers, (shared, rosters))
-        .unwrap()
-        .0
+    let (api, _) = crate::wire(
+        &Config::default(),
+        &auth,
+        4,
+        db.clone(),
+        peers,
+        (shared, rosters),
+    )
+    .unwrap();
+    (api, db)
 }
 
 fn call<T>(actor: Actor, message: T) -> Request<T> {

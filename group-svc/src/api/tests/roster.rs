@@ -140,7 +140,8 @@ async fn a_large_groups_pages_come_from_its_roster_and_follow_every_change() {
         );
         assert_eq!(reads(&api).1, misses, "{name}: no refill after changes");
 
-        // An import bumps no version, so it drops the roster; the next read refills it.
+        // An import adds too many members to apply one by one: it drops the roster, and the
+        // next read refills it.
         let import = pb::ImportMembersRequest {
             group_id: g,
             user_ids: vec![10_000],

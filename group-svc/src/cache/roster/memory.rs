@@ -95,7 +95,8 @@ impl Rosters for MemoryRosters {
     async fn claim(&self, group_id: i64) -> Result<Option<u64>, StoreError> {
         let mut groups = self.groups.lock();
         let roster = groups.entry(group_id).or_default();
-        if roster.claim.is_some_and(|(_, at)| at.elapsed() < CLAIM_TTL) {
+        let claimed = roster.claim.is_some_and(|(_, at)| at.elapsed() < CLAIM_TTL);
+        if claimed || roster.version(self.ttl).is_some() {
             return Ok(None);
         }
         let claim = rand::random::<u64>();

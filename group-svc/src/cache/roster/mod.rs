@@ -52,8 +52,9 @@ pub trait Rosters: Send + Sync + 'static {
     /// `Some(Some(map_id))` for a current member, `Some(None)` for anyone else, `None`
     /// when no roster is stored.
     async fn member(&self, group_id: i64, user: i64) -> Result<Option<Option<u32>>, StoreError>;
-    /// Claims the right to fill the group's roster; `None` while another fill holds it.
-    /// Claim BEFORE reading the database.
+    /// Claims the right to fill the group's roster; `None` while another fill holds it or
+    /// a roster is published (a refill would hide it while it ran). Claim BEFORE reading
+    /// the database.
     async fn claim(&self, group_id: i64) -> Result<Option<u64>, StoreError>;
     /// Stores `members`, read after [`Self::claim`] at group `version`, as the roster.
     /// Returns false, publishing nothing, when the claim was revoked or lapsed.
@@ -74,7 +75,7 @@ pub trait Rosters: Send + Sync + 'static {
         current: &[Entry],
         gone: &[i64],
     ) -> Result<(), StoreError>;
-    /// Drops the roster and revokes any claim (a change that bumps no version: imports).
+    /// Drops the roster and revokes any claim (a change too large to apply: imports).
     async fn discard(&self, group_id: i64) -> Result<(), StoreError>;
 }
 

@@ -18,6 +18,12 @@ const FILL_CHUNK: usize = 2_000;
 /// an expired bucket.
 const BUCKET_TTL: Duration = Duration::from_secs(TTL.as_secs() + 2 * CLAIM_TTL.as_secs());
 
+/// KEYS: marker, claim. ARGV: claim, claim TTL (ms). A published roster needs no fill.
+const CLAIM: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0";
+
 /// ARGV: claim, first chunk (1/0), then `bucket, map_id, user` per entry.
 const FILL_CHUNK_SCRIPT: &str = r"
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
@@ -149,17 +155,10 @@ impl Rosters for RedisRosters {
 
     async fn claim(&self, group_id: i64) -> Result<Option<u64>, StoreError> {
         let claim = rand::random::<u64>();
-        let set: Option<String> = self
-            .pool
-            .set(
-                keys::roster_claim(group_id),
-                claim.to_string(),
-                Some(Expiration::PX(CLAIM_TTL.as_millis() as i64)),
-                Some(SetOptions::NX),
-                false,
-            )
-            .await?;
-        Ok(set.map(|_| claim))
+        let keys = vec![keys::roster(group_id), keys::roster_claim(group_id)];
+        let args = vec![claim.to_string(), millis(CLAIM_TTL)];
+        let claimed: i64 = self.pool.eval(CLAIM, keys, args).await?;
+        Ok((claimed == 1).then_some(claim))
     }
 
     async fn fill(

@@ -157,6 +157,11 @@ async fn a_change_during_a_fill_keeps_its_snapshot_unpublished() {
         assert_eq!(rosters.page(g, 0, 10).await.unwrap(), None, "{name}");
         // The revoked claim frees the group for the next filler.
         filled(&*rosters, g, 5, &members(4)).await;
+        assert_eq!(
+            rosters.claim(g).await.unwrap(),
+            None,
+            "{name}: published needs no fill"
+        );
         rosters.discard(g).await.unwrap();
         assert_eq!(
             rosters.member(g, 4).await.unwrap(),

@@ -12,7 +12,7 @@ use imesh_kit::{
 };
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
     sea_query::{Expr, ExprTrait, OnConflict},
 };
 use sea_orm_migration::prelude::{Alias, Query};
@@ -161,6 +161,44 @@ impl GroupStore for SqlGroupStore {
 
     async fn member_ids(&self, group_id: i64) -> Result<Vec<i64>, StoreError> {
         Ok(current_ids(&self.db, group_id).await?)
+    }
+
+    async fn recount(&self, group_id: i64) -> Result<(u32, Group), StoreError> {
+        let tx = self.db.begin().await?;
+        lock(&tx, group_id).await?;
+        let group = read_group(&tx, group_id).await?;
+        let counted = current_members(group_id).count(&tx).await? as u32;
+        if counted == group.member_count {
+            tx.rollback().await?;
+            let version = group.version - 1;
+            return Ok((counted, Group { version, ..group }));
+        }
+        groups::Entity::update_many()
+            .col_expr(groups::Column::MemberCount, Expr::value(counted as i32))
+            .filter(groups::Column::Id.eq(group_id))
+            .exec(&tx)
+            .await?;
+        tx.commit().await?;
+        let stored = group.member_count;
+        Ok((
+            stored,
+            Group {
+                member_count: counted,
+                ..group
+            },
+        ))
+    }
+
+    async fn group_ids(&self, after: i64, limit: u32) -> Result<Vec<i64>, StoreError> {
+        Ok(groups::Entity::find()
+            .select_only()
+            .column(groups::Column::Id)
+            .filter(groups::Column::Id.gt(after))
+            .order_by_asc(groups::Column::Id)
+            .limit(u64::from(limit))
+            .into_tuple()
+            .all(&self.db)
+            .await?)
     }
 
     async fn roster(&self, group_id: i64) -> Result<Vec<(u32, i64)>, StoreError> {
