@@ -2,25 +2,12 @@
 //! stay exact through kicks, invites and imports, and agree with the database — with the
 //! roster in process and in every real Redis.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
-use imesh_kit::testing;
 use tonic::Code;
 
 use super::*;
-use crate::cache::roster::{Rosters, memory::MemoryRosters, redis::RedisRosters};
-
-async fn rosters() -> Vec<(&'static str, Arc<dyn Rosters>)> {
-    let mut out: Vec<(&'static str, Arc<dyn Rosters>)> =
-        vec![("memory", Arc::new(MemoryRosters::default()))];
-    for (name, config) in testing::redis_servers() {
-        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
-        out.push((name, Arc::new(RedisRosters::new(pool))));
-    }
-    out
-}
+use crate::cache::roster::{Rosters, tests::rosters};
 
 /// Every member's id, page by page of 500, as `reader` sees them.
 async fn listing(api: &GroupApi, g: i64, reader: i64) -> Vec<i64> {

@@ -80,4 +80,4 @@ pub trait Rosters: Send + Sync + 'static {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -7,7 +7,8 @@ use imesh_kit::testing;
 
 use super::*;
 
-async fn rosters() -> Vec<(&'static str, Arc<dyn Rosters>)> {
+/// The in-process rosters and every configured real Redis's.
+pub(crate) async fn rosters() -> Vec<(&'static str, Arc<dyn Rosters>)> {
     let mut out: Vec<(&'static str, Arc<dyn Rosters>)> =
         vec![("memory", Arc::new(memory::MemoryRosters::default()))];
     for (name, config) in testing::redis_servers() {
