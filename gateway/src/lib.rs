@@ -123,7 +123,7 @@ impl Config {
 pub struct Gateway {
     pub config: Config,
     pub tokens: Tokens,
-    pub backends: backends::Backends,
+    pub backends: Arc<backends::Backends>,
     pub connections: Arc<connections::Connections>,
     /// This gateway's gRPC address as notify-svc should dial it.
     pub advertise: String,
@@ -161,7 +161,7 @@ impl Service {
         let caller = Caller::new(&self.auth.internal_secret)?;
         let gateway = Arc::new(Gateway {
             tokens: Tokens::new(&self.auth.jwt_secret, Duration::from_secs(1))?,
-            backends: backends::Backends::new(caller, &self.config)?,
+            backends: Arc::new(backends::Backends::new(caller, &self.config)?),
             connections: Arc::new(connections::Connections::default()),
             advertise,
             draining: CancellationToken::new(),

@@ -97,9 +97,7 @@ where
         )),
     };
     let checked = match verified {
-        Ok((request_id, verified, auth)) => gateway
-            .backends
-            .token_current(verified)
+        Ok((request_id, verified, auth)) => Box::pin(gateway.backends.token_current(verified))
             .await
             .map(|()| (request_id, verified.user_id, auth))
             .map_err(|status| frames::error(request_id, status.code(), status.message(), true)),
@@ -138,7 +136,9 @@ async fn run<R>(
         gateway_addr: gateway.advertise.clone(),
         conn_id,
     };
-    let super_groups: Arc<[i64]> = match gateway.backends.super_groups(user).await {
+    // The one-off calls are boxed: inline, their futures would size every idle
+    // connection's task for the largest of them.
+    let super_groups: Arc<[i64]> = match Box::pin(gateway.backends.super_groups(user)).await {
         Ok(groups) => groups.into(),
         Err(status) => {
             tracing::warn!(error = %status, "listing super groups failed; no live hints for them");
@@ -158,10 +158,12 @@ async fn run<R>(
     let _ = tx
         .send(Out::Frame(frames::encode(request_id, auth_ok)))
         .await;
-    match gateway
-        .backends
-        .online(device.clone(), super_groups.to_vec(), true)
-        .await
+    match Box::pin(
+        gateway
+            .backends
+            .online(device.clone(), super_groups.to_vec(), true),
+    )
+    .await
     {
         Ok(()) => read_frames(&mut reader, &session, tx, close, gateway, &regroup).await,
         Err(status) => {
@@ -178,7 +180,7 @@ async fn run<R>(
         }
     }
     gateway.connections.remove(conn_id);
-    if let Err(status) = gateway.backends.offline(device).await {
+    if let Err(status) = Box::pin(gateway.backends.offline(device)).await {
         tracing::warn!(error = %status, "clearing presence failed; it expires with its TTL");
     }
 }

@@ -57,7 +57,7 @@ pub struct Session {
     /// The super groups whose live events this connection receives (re-listed when the
     /// user's memberships change).
     pub super_groups: std::sync::Arc<parking_lot::Mutex<std::sync::Arc<[i64]>>>,
-    pub backends: Backends,
+    pub backends: std::sync::Arc<Backends>,
 }
 
 /// The span one client request is traced under (`gateway/send`, `gateway/pull`, …): the

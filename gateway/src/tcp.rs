@@ -162,7 +162,7 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
 
 /// Initial read and write buffers per connection (tokio-util's default is 8 KiB each);
 /// a bigger frame grows them as it arrives.
-const SOCKET_BUFFER: usize = 2048;
+const SOCKET_BUFFER: usize = 512;
 
 #[cfg(test)]
 mod tests;

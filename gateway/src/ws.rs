@@ -37,7 +37,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
 /// Initial read and write buffers per connection. Client frames are small, so idle
 /// connections stay small; a bigger frame grows the buffer as it arrives. (tungstenite's
 /// 128 KiB default made every idle connection cost 130 KB.)
-const SOCKET_BUFFER: usize = 2048;
+const SOCKET_BUFFER: usize = 512;
 
 async fn upgrade(ws: WebSocketUpgrade, State(gateway): State<Arc<Gateway>>) -> Response {
     ws.max_message_size(gateway.config.max_frame_bytes)
