@@ -22,7 +22,6 @@ use prometheus_client::{
     registry::Registry,
 };
 use prost::Message as _;
-use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
@@ -31,7 +30,7 @@ use crate::{frames, window::Out};
 /// What the rest of the gateway holds of one connection.
 #[derive(Clone)]
 pub struct Handle {
-    pub frames: mpsc::Sender<Out>,
+    pub frames: flume::Sender<Out>,
     /// Cancelled to close the connection.
     pub close: CancellationToken,
     /// Woken when a push tells the user a super group of theirs changed: the connection
@@ -160,13 +159,13 @@ impl Connections {
                 self.queued.inc();
                 true
             }
-            Err(TrySendError::Full(_)) => {
+            Err(flume::TrySendError::Full(_)) => {
                 self.slow.inc();
                 tracing::info!(conn_id = id, "send queue full: closing slow connection");
                 handle.close.cancel();
                 false
             }
-            Err(TrySendError::Closed(_)) => false,
+            Err(flume::TrySendError::Disconnected(_)) => false,
         }
     }
 }

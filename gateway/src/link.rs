@@ -14,7 +14,7 @@ use imesh_protos::{
 };
 use prost::Message as _;
 use tokio::{
-    sync::{Semaphore, mpsc},
+    sync::Semaphore,
     time::Instant,
 };
 use tokio_util::sync::CancellationToken;
@@ -52,7 +52,7 @@ where
     R: Stream<Item = Inbound> + Unpin,
     W: Sink<Bytes> + Unpin + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel(gateway.config.send_queue);
+    let (tx, rx) = flume::bounded(gateway.config.send_queue);
     let close = CancellationToken::new();
     let window = Window::new(gateway.config.unacked_window, gateway.config.ack_timeout());
     let writer = tokio::spawn(crate::writer::write_frames(
@@ -72,7 +72,7 @@ where
 async fn authenticated<R>(
     reader: &mut R,
     gateway: &Gateway,
-    tx: &mpsc::Sender<Out>,
+    tx: &flume::Sender<Out>,
 ) -> Option<(u64, i64, pb::Auth)>
 where
     R: Stream<Item = Inbound> + Unpin,
@@ -106,7 +106,7 @@ where
     match checked {
         Ok(ok) => Some(ok),
         Err(frame) => {
-            let _ = tx.send(Out::Frame(frame)).await;
+            let _ = tx.send_async(Out::Frame(frame)).await;
             None
         }
     }
@@ -115,7 +115,7 @@ where
 async fn run<R>(
     mut reader: R,
     gateway: &Gateway,
-    tx: &mpsc::Sender<Out>,
+    tx: &flume::Sender<Out>,
     close: &CancellationToken,
     request_id: u64,
     user: i64,
@@ -156,7 +156,7 @@ async fn run<R>(
         connection_id: conn_id,
     });
     let _ = tx
-        .send(Out::Frame(frames::encode(request_id, auth_ok)))
+        .send_async(Out::Frame(frames::encode(request_id, auth_ok)))
         .await;
     match Box::pin(
         gateway
@@ -188,7 +188,7 @@ async fn run<R>(
 async fn read_frames<R>(
     reader: &mut R,
     session: &Session,
-    tx: &mpsc::Sender<Out>,
+    tx: &flume::Sender<Out>,
     close: &CancellationToken,
     gateway: &Gateway,
     regroup: &tokio::sync::Notify,
@@ -274,7 +274,7 @@ async fn read_frames<R>(
         tokio::spawn(
             async move {
                 if let Some(reply) = session.handle(frame).await {
-                    let _ = tx.send(Out::Frame(reply)).await;
+                    let _ = tx.send_async(Out::Frame(reply)).await;
                 }
                 drop(permit);
             }
@@ -306,7 +306,7 @@ async fn refollow(session: Session, connections: Arc<crate::connections::Connect
 
 /// Queues a frame for the client unless the queue is full (a connection that far behind
 /// is closing anyway).
-fn say(tx: &mpsc::Sender<Out>, frame: Bytes) {
+fn say(tx: &flume::Sender<Out>, frame: Bytes) {
     let _ = tx.try_send(Out::Frame(frame));
 }
 

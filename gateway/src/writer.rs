@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Sink, SinkExt};
-use tokio::{sync::mpsc, time::Instant};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
@@ -23,7 +23,7 @@ const WRITE_BATCH: usize = 64;
 /// still queued (e.g. a final error frame) and closes the sink.
 pub async fn write_frames<W>(
     mut sink: W,
-    mut rx: mpsc::Receiver<Out>,
+    rx: flume::Receiver<Out>,
     mut window: Window,
     close: CancellationToken,
 ) where
@@ -32,7 +32,7 @@ pub async fn write_frames<W>(
     let closing = loop {
         let due = window.due();
         let out = tokio::select! {
-            out = rx.recv() => out,
+            out = rx.recv_async() => out.ok(),
             () = close.cancelled() => break true,
             () = sleep_until(due), if due.is_some() => {
                 let written = match window.expire(Instant::now()) {
