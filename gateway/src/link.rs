@@ -62,7 +62,15 @@ where
         close.clone(),
     ));
     if let Some((request_id, user, auth)) = authenticated(&mut reader, &gateway, &tx).await {
-        run(reader, &gateway, &tx, &close, request_id, user, auth).await;
+        // The token is not needed past the check: the connection keeps only the device.
+        let pb::Auth {
+            token,
+            device_id,
+            platform,
+        } = auth;
+        drop(token);
+        let device = (device_id, platform);
+        run(reader, &gateway, &tx, &close, request_id, user, device).await;
     }
     close.cancel();
     let _ = writer.await;
@@ -119,7 +127,7 @@ async fn run<R>(
     close: &CancellationToken,
     request_id: u64,
     user: i64,
-    auth: pb::Auth,
+    (device_id, platform): (String, String),
 ) where
     R: Stream<Item = Inbound> + Unpin,
 {
@@ -131,8 +139,8 @@ async fn run<R>(
     });
     let device = Device {
         user_id: user,
-        device_id: auth.device_id,
-        platform: auth.platform,
+        device_id,
+        platform,
         gateway_addr: gateway.advertise.clone(),
         conn_id,
     };
@@ -147,7 +155,7 @@ async fn run<R>(
     };
     gateway.connections.follow(conn_id, &super_groups);
     let session = Session {
-        device: device.clone(),
+        device,
         super_groups: Arc::new(parking_lot::Mutex::new(super_groups.clone())),
         backends: gateway.backends.clone(),
     };
@@ -161,7 +169,7 @@ async fn run<R>(
     match Box::pin(
         gateway
             .backends
-            .online(device.clone(), super_groups.to_vec(), true),
+            .online(session.device.clone(), super_groups.to_vec(), true),
     )
     .await
     {
@@ -180,7 +188,7 @@ async fn run<R>(
         }
     }
     gateway.connections.remove(conn_id);
-    if let Err(status) = Box::pin(gateway.backends.offline(device)).await {
+    if let Err(status) = Box::pin(gateway.backends.offline(session.device.clone())).await {
         tracing::warn!(error = %status, "clearing presence failed; it expires with its TTL");
     }
 }

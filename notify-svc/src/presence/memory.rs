@@ -9,8 +9,9 @@ use tokio::time::Instant;
 
 use super::{DeviceRoute, Presence};
 
-/// A user's devices: device id → (route, expiry).
-type Devices = HashMap<String, (DeviceRoute, Instant)>;
+/// A user's devices with their expiry, one entry per device id. A list, not a map: users
+/// have a device or two, and an idle connection should cost as little as it can.
+type Devices = Vec<(DeviceRoute, Instant)>;
 
 #[derive(Default)]
 pub struct MemoryPresence {
@@ -23,23 +24,21 @@ pub struct MemoryPresence {
 impl Presence for MemoryPresence {
     async fn online(&self, route: &DeviceRoute, ttl: Duration) -> Result<(), StoreError> {
         let expires = Instant::now() + ttl;
-        self.users
-            .lock()
+        let mut users = self.users.lock();
+        let devices = users
             .entry(route.user_id)
-            .or_default()
-            .insert(route.device_id.clone(), (route.clone(), expires));
+            .or_insert_with(|| Vec::with_capacity(1));
+        match devices.iter_mut().find(|(r, _)| r.device_id == route.device_id) {
+            Some(entry) => *entry = (route.clone(), expires),
+            None => devices.push((route.clone(), expires)),
+        }
         Ok(())
     }
 
     async fn offline(&self, user_id: i64, device_id: &str, conn_id: u64) -> Result<(), StoreError> {
         let mut users = self.users.lock();
         if let Some(devices) = users.get_mut(&user_id) {
-            if devices
-                .get(device_id)
-                .is_some_and(|(r, _)| r.conn_id == conn_id)
-            {
-                devices.remove(device_id);
-            }
+            devices.retain(|(r, _)| r.device_id != device_id || r.conn_id != conn_id);
             if devices.is_empty() {
                 users.remove(&user_id);
             }
@@ -53,7 +52,7 @@ impl Presence for MemoryPresence {
         Ok(users
             .iter()
             .filter_map(|u| map.get(u))
-            .flat_map(|devices| devices.values())
+            .flatten()
             .filter(|(_, expires)| *expires > now)
             .map(|(route, _)| route.clone())
             .collect())
