@@ -92,7 +92,10 @@ impl Roster {
             .apply(group.id, group.version, &current, &gone)
             .await
         {
-            tracing::warn!(error = %e, group_id = group.id, "applying a change to the roster failed");
+            // A roster that missed this change must not answer: drop it (the next change
+            // would too, but there may be none for a long while).
+            tracing::warn!(error = %e, group_id = group.id, "applying a change to the roster failed; dropping it");
+            self.discard(group.id).await;
         }
     }
 
@@ -157,5 +160,90 @@ impl Roster {
             .fill(group_id, claim, group.version, &members)
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use imesh_kit::error::StoreError;
+
+    use super::*;
+    use crate::{
+        cache::roster::memory::MemoryRosters,
+        domain::{MemberStatus, Role},
+    };
+
+    /// In-process rosters whose `apply` fails, as a Redis hiccup would.
+    struct FailingApply(MemoryRosters);
+
+    #[async_trait]
+    impl Rosters for FailingApply {
+        async fn page(
+            &self,
+            g: i64,
+            from: u32,
+            limit: u32,
+        ) -> Result<Option<Vec<Entry>>, StoreError> {
+            self.0.page(g, from, limit).await
+        }
+        async fn member(&self, g: i64, user: i64) -> Result<Option<Option<u32>>, StoreError> {
+            self.0.member(g, user).await
+        }
+        async fn claim(&self, g: i64) -> Result<Option<u64>, StoreError> {
+            self.0.claim(g).await
+        }
+        async fn fill(&self, g: i64, claim: u64, v: i64, m: &[Entry]) -> Result<bool, StoreError> {
+            self.0.fill(g, claim, v, m).await
+        }
+        async fn apply(&self, _: i64, _: i64, _: &[Entry], _: &[i64]) -> Result<(), StoreError> {
+            Err(StoreError::Unavailable(anyhow::anyhow!("connection reset")))
+        }
+        async fn discard(&self, g: i64) -> Result<(), StoreError> {
+            self.0.discard(g).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_that_cannot_be_applied_drops_the_roster() {
+        let rosters = Arc::new(FailingApply(MemoryRosters::default()));
+        let claim = rosters.claim(7).await.unwrap().unwrap();
+        let members = [Entry { map_id: 0, user: 1 }, Entry { map_id: 1, user: 2 }];
+        assert!(rosters.fill(7, claim, 3, &members).await.unwrap());
+        let config = imesh_kit::testing::fresh_sql(imesh_kit::testing::Backend::Sqlite)
+            .await
+            .unwrap();
+        let db = imesh_kit::sql::connect_and_migrate::<crate::store::sql::Migrator>(&config)
+            .await
+            .unwrap();
+        let store = Arc::new(crate::store::sql::SqlGroupStore::new(
+            db,
+            Arc::new(imesh_kit::ids::Snowflake::new(1)),
+            crate::events::encode,
+            Default::default(),
+        ));
+        let roster = Roster::new(store, rosters.clone());
+        let group = Group {
+            id: 7,
+            version: 4,
+            member_count: ROSTER_FROM,
+            ..Default::default()
+        };
+        let kicked = Member {
+            group_id: 7,
+            user_id: 2,
+            role: Role::Member,
+            map_id: 1,
+            alias: String::new(),
+            nickname: String::new(),
+            mute_until_ms: 0,
+            join_seq: 0,
+            leave_seq: 9,
+            joined_at_ms: 0,
+            status: MemberStatus::Kicked,
+            extra_permissions: 0,
+        };
+        roster.changed(&group, &[kicked]).await;
+        assert_eq!(rosters.member(7, 2).await.unwrap(), None, "no stale answer");
     }
 }
