@@ -510,7 +510,8 @@ impl Groups {
                 None => {}
             }
         }
-        self.as_member(me, group_id).await.map(|(group, _)| group)
+        self.current_member(&group, me).await?;
+        Ok(group)
     }
 
     /// A page of a large group's current members from its roster, by map id; `None` when
@@ -538,13 +539,16 @@ impl Groups {
 
     async fn as_member(&self, me: i64, group_id: i64) -> Result<(Group, Member), Error> {
         let group = self.get(group_id).await?;
-        let member = self
-            .store
-            .members(group_id, &[me])
-            .await?
-            .into_iter()
-            .find(Member::is_current);
-        Ok((group, member.ok_or(NOT_A_MEMBER)?))
+        let member = self.current_member(&group, me).await?;
+        Ok((group, member))
+    }
+
+    /// `me`'s row in `group` from the database, when a current member.
+    async fn current_member(&self, group: &Group, me: i64) -> Result<Member, Error> {
+        let rows = self.store.members(group.id, &[me]).await?;
+        rows.into_iter()
+            .find(Member::is_current)
+            .ok_or(NOT_A_MEMBER)
     }
 
     /// Copies relation-svc's nicknames onto every membership of the users named, unless a
