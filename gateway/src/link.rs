@@ -13,10 +13,7 @@ use imesh_protos::{
     notify::Device,
 };
 use prost::Message as _;
-use tokio::{
-    sync::Semaphore,
-    time::Instant,
-};
+use tokio::{sync::Semaphore, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 use tracing::Instrument as _;

@@ -28,7 +28,10 @@ impl Presence for MemoryPresence {
         let devices = users
             .entry(route.user_id)
             .or_insert_with(|| Vec::with_capacity(1));
-        match devices.iter_mut().find(|(r, _)| r.device_id == route.device_id) {
+        match devices
+            .iter_mut()
+            .find(|(r, _)| r.device_id == route.device_id)
+        {
             Some(entry) => *entry = (route.clone(), expires),
             None => devices.push((route.clone(), expires)),
         }
