@@ -77,16 +77,19 @@ impl Roster {
             // first change applied after it grows again drops it.
             return;
         }
-        let (current, gone): (Vec<&Member>, Vec<&Member>) =
-            members.iter().partition(|m| m.is_current());
-        let current: Vec<Entry> = current
+        let current: Vec<Entry> = members
             .iter()
+            .filter(|m| m.is_current())
             .map(|m| Entry {
                 map_id: m.map_id,
                 user: m.user_id,
             })
             .collect();
-        let gone: Vec<i64> = gone.iter().map(|m| m.user_id).collect();
+        let gone: Vec<i64> = members
+            .iter()
+            .filter(|m| !m.is_current())
+            .map(|m| m.user_id)
+            .collect();
         if let Err(e) = self
             .rosters
             .apply(group.id, group.version, &current, &gone)

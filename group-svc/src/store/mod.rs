@@ -59,8 +59,8 @@ pub trait GroupStore: Send + Sync + 'static {
         users: &[i64],
         plan: Plan<'_>,
     ) -> Result<(Group, Vec<Member>), Error>;
-    /// Under the group's lock, counts its current members and stores the count when it
-    /// differs from `member_count`. Returns the count stored before and the group after
+    /// Counts the group's current members and, under the group's lock, stores the count
+    /// when it differs from `member_count` (a count found in step takes no lock). Returns the count stored before and the group after
     /// (its version bumped only when the count was corrected). NotFound for no group.
     async fn recount(&self, group_id: i64) -> Result<(u32, Group), StoreError>;
     /// Ids of groups with `id > after`, ascending, at most `limit` (sweeps).

@@ -28,6 +28,13 @@ impl Roster {
             .map(|(v, _)| v)
     }
 
+    /// The fill in progress, unless its claim lapsed.
+    fn live_claim(&self) -> Option<u64> {
+        self.claim
+            .filter(|(_, at)| at.elapsed() < CLAIM_TTL)
+            .map(|(claim, _)| claim)
+    }
+
     fn insert(&mut self, e: Entry) {
         self.remove(e.user);
         self.by_map.insert(e.map_id, e.user);
@@ -95,8 +102,7 @@ impl Rosters for MemoryRosters {
     async fn claim(&self, group_id: i64) -> Result<Option<u64>, StoreError> {
         let mut groups = self.groups.lock();
         let roster = groups.entry(group_id).or_default();
-        let claimed = roster.claim.is_some_and(|(_, at)| at.elapsed() < CLAIM_TTL);
-        if claimed || roster.version(self.ttl).is_some() {
+        if roster.live_claim().is_some() || roster.version(self.ttl).is_some() {
             return Ok(None);
         }
         let claim = rand::random::<u64>();
@@ -112,10 +118,7 @@ impl Rosters for MemoryRosters {
         members: &[Entry],
     ) -> Result<bool, StoreError> {
         let mut groups = self.groups.lock();
-        let held = |r: &&mut Roster| {
-            r.claim
-                .is_some_and(|(c, at)| c == claim && at.elapsed() < CLAIM_TTL)
-        };
+        let held = |r: &&mut Roster| r.live_claim() == Some(claim);
         let Some(roster) = groups.get_mut(&group_id).filter(held) else {
             return Ok(false);
         };

@@ -76,7 +76,7 @@ while true do
   if found >= limit then return out end
   local more = false
   for i = 3, #KEYS do
-    if #redis.call('ZRANGE', KEYS[i], high, '+inf', 'BYSCORE', 'LIMIT', 0, 1) > 0 then more = true end
+    if #redis.call('ZRANGE', KEYS[i], high, '+inf', 'BYSCORE', 'LIMIT', 0, 1) > 0 then more = true break end
   end
   if not more then return out end
   low, span = high, span * 2
@@ -108,6 +108,11 @@ fn all_keys(group_id: i64) -> Vec<String> {
 
 fn millis(d: Duration) -> String {
     d.as_millis().to_string()
+}
+
+/// Appends one `bucket, score, user` triple to a script's ARGV (score `-`: remove).
+fn push_entry(args: &mut Vec<String>, user: i64, score: String) {
+    args.extend([bucket(user).to_string(), score, user.to_string()]);
 }
 
 #[async_trait]
@@ -170,21 +175,16 @@ impl Rosters for RedisRosters {
     ) -> Result<bool, StoreError> {
         let keys = all_keys(group_id);
         let claim = claim.to_string();
-        let mut chunks = members.chunks(FILL_CHUNK).peekable();
-        let mut first = true;
-        // An empty roster still clears the buckets.
-        while first || chunks.peek().is_some() {
-            let mut args = vec![
-                claim.clone(),
-                if first { "1" } else { "0" }.to_owned(),
-                millis(BUCKET_TTL),
-            ];
-            for e in chunks.next().unwrap_or_default() {
-                args.extend([
-                    bucket(e.user).to_string(),
-                    e.map_id.to_string(),
-                    e.user.to_string(),
-                ]);
+        let mut chunks: Vec<&[Entry]> = members.chunks(FILL_CHUNK).collect();
+        if chunks.is_empty() {
+            // An empty roster still clears the buckets.
+            chunks.push(&[]);
+        }
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let first = if i == 0 { "1" } else { "0" };
+            let mut args = vec![claim.clone(), first.to_owned(), millis(BUCKET_TTL)];
+            for e in chunk {
+                push_entry(&mut args, e.user, e.map_id.to_string());
             }
             let held: i64 = self
                 .pool
@@ -193,7 +193,6 @@ impl Rosters for RedisRosters {
             if held == 0 {
                 return Ok(false);
             }
-            first = false;
         }
         let args = vec![claim, version.to_string(), millis(TTL)];
         let published: i64 = self.pool.eval(PUBLISH, keys, args).await?;
@@ -209,14 +208,10 @@ impl Rosters for RedisRosters {
     ) -> Result<(), StoreError> {
         let mut args = vec![version.to_string(), millis(BUCKET_TTL)];
         for e in current {
-            args.extend([
-                bucket(e.user).to_string(),
-                e.map_id.to_string(),
-                e.user.to_string(),
-            ]);
+            push_entry(&mut args, e.user, e.map_id.to_string());
         }
         for user in gone {
-            args.extend([bucket(*user).to_string(), "-".into(), user.to_string()]);
+            push_entry(&mut args, *user, "-".into());
         }
         let _: i64 = self.pool.eval(APPLY, all_keys(group_id), args).await?;
         Ok(())
