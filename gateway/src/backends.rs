@@ -8,7 +8,7 @@ use imesh_kit::{
 use imesh_protos::{
     group::{GroupType, ListMyGroupsRequest, group_service_client::GroupServiceClient},
     message::{
-        HistoryRequest, HistoryResponse, RecallRequest, RecallResponse, SendRequest, SendResponse,
+        HistoryRequest, HistoryResponse, RecallRequest, RecallResponse,
         message_service_client::MessageServiceClient,
     },
     notify::{
@@ -30,7 +30,7 @@ pub struct Backends {
     pub(crate) caller: Caller,
     pub(crate) relation: RelationServiceClient<Channel>,
     pub(crate) group: GroupServiceClient<Channel>,
-    message: MessageServiceClient<Channel>,
+    pub(crate) message: MessageServiceClient<Channel>,
     sync: SyncServiceClient<Channel>,
     notify: NotifyServiceClient<Channel>,
 }
@@ -101,15 +101,6 @@ impl Backends {
                 "auth.token: revoked (the account was disabled); log in again",
             )),
         }
-    }
-
-    pub async fn send(&self, user: i64, request: SendRequest) -> Result<SendResponse, Status> {
-        Ok(self
-            .message
-            .clone()
-            .send(self.caller.request(Actor::User(user), request))
-            .await?
-            .into_inner())
     }
 
     pub async fn pull(&self, user: i64, request: PullRequest) -> Result<PullResponse, Status> {

@@ -30,6 +30,11 @@ pub fn status(request_id: u64, status: &Status) -> Bytes {
         .get("retry-after-ms")
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(0);
+    status_with_wait(request_id, status, retry_after_ms)
+}
+
+/// An error frame for `status` that names how long to wait before retrying.
+pub fn status_with_wait(request_id: u64, status: &Status, retry_after_ms: u64) -> Bytes {
     let message = status.message().to_owned();
     error_frame(request_id, status.code(), message, false, retry_after_ms)
 }

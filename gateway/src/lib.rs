@@ -10,6 +10,8 @@
 //! - [`frames`]: building server frames (errors, replies, pass-through pushes).
 //! - [`writer`]: a connection's batched writes, with [`window`]: pushes awaiting the
 //!   client's ack, resent once, then given up.
+//! - [`sends`]: client sends, batched in order on their way to message-svc, with their
+//!   admission bounds.
 //! - [`backends`]: clients of the services a device's requests go to.
 //! - [`calls`]: friend and group operations forwarded as the connected user.
 //! - [`Service`]: builds all of it from [`Config`] and serves both listeners.
@@ -21,6 +23,7 @@ pub mod calls;
 pub mod connections;
 pub mod frames;
 pub mod link;
+pub mod sends;
 pub mod session;
 pub mod tcp;
 pub mod window;
@@ -75,6 +78,16 @@ pub struct Config {
     /// Frames a connection may send per second (bursts of twice that); 0 turns it off.
     /// Frames past it are answered with RESOURCE_EXHAUSTED and the wait, and dropped.
     pub frames_per_sec: u32,
+    /// Sends one connection may have unanswered; one more is refused at once.
+    pub sends_in_flight: usize,
+    /// Lanes carrying sends to message-svc, one batch in flight each (see [`sends`]).
+    pub send_lanes: usize,
+    /// Most sends one batch carries.
+    pub send_batch_max: usize,
+    /// Sends one lane holds queued; past that a send is refused at once.
+    pub send_backlog: usize,
+    /// How long one batch may take before its sends are answered UNAVAILABLE.
+    pub send_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -97,6 +110,11 @@ impl Default for Config {
             ack_timeout_ms: 10_000,
             max_frame_bytes: 64 * 1024,
             frames_per_sec: 100,
+            sends_in_flight: 32,
+            send_lanes: 4,
+            send_batch_max: 256,
+            send_backlog: 1024,
+            send_timeout_ms: 5_000,
         }
     }
 }
@@ -117,6 +135,16 @@ impl Config {
     pub fn presence_refresh(&self) -> Duration {
         Duration::from_secs(self.presence_refresh_secs)
     }
+
+    pub fn send_limits(&self) -> sends::Limits {
+        sends::Limits {
+            lanes: self.send_lanes,
+            batch_max: self.send_batch_max,
+            backlog: self.send_backlog,
+            in_flight: self.sends_in_flight,
+            timeout: Duration::from_millis(self.send_timeout_ms),
+        }
+    }
 }
 
 /// What every connection task shares.
@@ -124,6 +152,7 @@ pub struct Gateway {
     pub config: Config,
     pub tokens: Tokens,
     pub backends: Arc<backends::Backends>,
+    pub sends: Arc<sends::Sends>,
     pub connections: Arc<connections::Connections>,
     /// This gateway's gRPC address as notify-svc should dial it.
     pub advertise: String,
@@ -159,9 +188,13 @@ impl Service {
             addr => addr.to_owned(),
         };
         let caller = Caller::new(&self.auth.internal_secret)?;
+        let backends = backends::Backends::new(caller.clone(), &self.config)?;
+        let sends =
+            sends::Sends::spawn(backends.message.clone(), caller, self.config.send_limits());
         let gateway = Arc::new(Gateway {
             tokens: Tokens::new(&self.auth.jwt_secret, Duration::from_secs(1))?,
-            backends: Arc::new(backends::Backends::new(caller, &self.config)?),
+            backends: Arc::new(backends),
+            sends: Arc::new(sends),
             connections: Arc::new(connections::Connections::default()),
             advertise,
             draining: CancellationToken::new(),
@@ -174,6 +207,7 @@ impl Service {
         );
         let mut registry = imesh_kit::metrics::registry("gateway");
         gateway.connections.register(&mut registry);
+        gateway.sends.register(&mut registry);
         let grpc_server = grpc::Server::new(&self.config.grpc)
             .add_service(push)
             .metrics(registry)

@@ -1,7 +1,7 @@
 //! One client connection's life, whatever carries it: the auth frame in time, presence,
-//! the super groups it follows, requests handled concurrently up to [`IN_FLIGHT`], pushes
-//! and replies through a bounded queue to its [`crate::writer`], and the idle timeout and
-//! drain.
+//! the super groups it follows, sends queued in order on [`crate::sends`], other requests
+//! handled concurrently up to [`IN_FLIGHT`], pushes and replies through a bounded queue to
+//! its [`crate::writer`], and the idle timeout and drain.
 //! [`crate::ws`] and [`crate::tcp`] adapt their framing to [`Inbound`] and a frame sink.
 
 use std::sync::Arc;
@@ -155,6 +155,8 @@ async fn run<R>(
         device,
         super_groups: Arc::new(parking_lot::Mutex::new(super_groups.clone())),
         backends: gateway.backends.clone(),
+        sends: gateway.sends.clone(),
+        outlet: crate::sends::Outlet::new(tx.clone(), close.clone()),
     };
     let auth_ok = Body::AuthOk(pb::AuthOk {
         user_id: user,
@@ -271,6 +273,20 @@ async fn read_frames<R>(
             let groups = session.super_groups().to_vec();
             tokio::spawn(async move { backends.online(device, groups, false).await });
         }
+        // Sends are queued here, in the order read, never on a task of their own: that is
+        // what keeps a device's messages in order however many are in flight.
+        let frame = match frame {
+            pb::ClientFrame {
+                request_id,
+                body: Some(pb::client_frame::Body::Send(request)),
+            } => {
+                if let Some(refusal) = session.send(request_id, request) {
+                    say(tx, refusal);
+                }
+                continue;
+            }
+            frame => frame,
+        };
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };

@@ -9,7 +9,11 @@ use imesh_protos::{
 use prost::Message as _;
 use tonic::Code;
 
-use crate::{backends::Backends, frames};
+use crate::{
+    backends::Backends,
+    frames,
+    sends::{Outlet, Sends},
+};
 
 /// Checks a connection's first frame: it MUST be `auth` with a valid token and device id.
 /// On failure, returns the fatal error frame to send before closing (echoing the frame's
@@ -58,6 +62,9 @@ pub struct Session {
     /// user's memberships change).
     pub super_groups: std::sync::Arc<parking_lot::Mutex<std::sync::Arc<[i64]>>>,
     pub backends: std::sync::Arc<Backends>,
+    pub sends: std::sync::Arc<Sends>,
+    /// Where the answers of this connection's sends go.
+    pub outlet: std::sync::Arc<Outlet>,
 }
 
 /// The span one client request is traced under (`gateway/send`, `gateway/pull`, …): the
@@ -111,6 +118,17 @@ impl Session {
         self.super_groups.lock().clone()
     }
 
+    /// Queues a send in the order it was read; its ack comes later through the outlet.
+    /// Returns the error frame to write now when it is refused at once.
+    pub fn send(
+        &self,
+        request_id: u64,
+        request: imesh_protos::message::SendRequest,
+    ) -> Option<Bytes> {
+        self.sends
+            .offer(self.user(), request_id, request, &self.outlet)
+    }
+
     /// Handles one decoded client frame; returns the reply to write, if it has one.
     pub async fn handle(&self, frame: pb::ClientFrame) -> Option<Bytes> {
         use client_frame::Body as In;
@@ -133,11 +151,7 @@ impl Session {
                 ));
             }
             Some(In::Ping(_)) => Ok(Body::Pong(pb::Pong {})),
-            Some(In::Send(request)) => self
-                .backends
-                .send(self.user(), request)
-                .await
-                .map(Body::SendAck),
+            Some(In::Send(request)) => return self.send(id, request),
             Some(In::Pull(request)) => self
                 .backends
                 .pull(self.user(), request)

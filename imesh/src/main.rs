@@ -94,10 +94,11 @@ async fn bench(spec: imesh::bench::Spec) -> anyhow::Result<()> {
     let report = imesh::bench::run(spec, std::io::stderr().is_terminal()).await?;
     print!("{}", report.table());
     anyhow::ensure!(
-        report.lost == 0 && report.duplicated == 0,
-        "{} lost and {} duplicated deliveries",
+        report.lost == 0 && report.duplicated == 0 && report.reordered == 0,
+        "{} lost, {} duplicated and {} reordered deliveries",
         report.lost,
-        report.duplicated
+        report.duplicated,
+        report.reordered
     );
     Ok(())
 }

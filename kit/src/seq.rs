@@ -74,7 +74,8 @@ impl SeqAllocator {
         Ok(self.next_many(&[key]).await?[0])
     }
 
-    /// The next value of each sequence, in the order given (keys should be distinct).
+    /// The next value of each sequence, in the order given; a key given several times
+    /// gets increasing values in that order.
     pub async fn next_many(&self, keys: &[&str]) -> Result<Vec<i64>, StoreError> {
         let mut values = self.counters.incr_existing(keys).await?;
         for (i, key) in keys.iter().enumerate() {
@@ -85,13 +86,17 @@ impl SeqAllocator {
             }
         }
         let values: Vec<i64> = values.into_iter().map(|v| v.unwrap_or_default()).collect();
+        // One ceiling per key, however often it repeats: an upsert may touch a row once.
         let to_raise: Vec<(&str, i64)> = {
             let persisted = self.persisted.lock();
-            keys.iter()
-                .zip(&values)
-                .filter(|(k, v)| persisted.get(**k).is_none_or(|c| **v > *c))
-                .map(|(k, v)| (*k, v + self.step))
-                .collect()
+            let mut highest: std::collections::BTreeMap<&str, i64> = Default::default();
+            for (key, value) in keys.iter().zip(&values) {
+                if persisted.get(*key).is_none_or(|c| *value > *c) {
+                    let ceiling = highest.entry(key).or_default();
+                    *ceiling = (*ceiling).max(value + self.step);
+                }
+            }
+            highest.into_iter().collect()
         };
         if !to_raise.is_empty() {
             self.ceilings.raise(&to_raise).await?;

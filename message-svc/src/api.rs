@@ -42,26 +42,28 @@ impl MessageService for MessageApi {
         request: Request<pb::SendRequest>,
     ) -> Result<Response<pb::SendResponse>, Status> {
         let sender = sender(&request)?;
-        let pb::SendRequest {
-            client_msg_id,
-            to,
-            content,
-            mentioned_user_ids,
-            mention_all,
-            receipt,
-        } = request.into_inner();
-        let command = SendCommand {
-            client_msg_id,
-            to: to.map(target_from_proto),
-            content: content.and_then(|c| c.kind).map(content_from_proto),
-            mentions: Mentions {
-                users: mentioned_user_ids,
-                all: mention_all,
-            },
-            receipt,
-        };
+        let command = send_command(request.into_inner());
         let sent = self.messages.send(sender, command).await.map_err(status)?;
         Ok(Response::new(sent_to_proto(sent)))
+    }
+
+    async fn send_batch(
+        &self,
+        request: Request<pb::SendBatchRequest>,
+    ) -> Result<Response<pb::SendBatchResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let mut sends = Vec::new();
+        for pb::BatchedSend { sender_id, send } in request.into_inner().sends {
+            if sender_id <= 0 {
+                return Err(error::invalid("sends.sender_id", "must be a user id"));
+            }
+            let send = send.ok_or_else(|| error::invalid("sends.send", "must be set"))?;
+            sends.push((Sender::User(sender_id), send_command(send)));
+        }
+        let outcomes = self.messages.send_batch(sends).await.map_err(status)?;
+        Ok(Response::new(pb::SendBatchResponse {
+            outcomes: outcomes.into_iter().map(send_outcome).collect(),
+        }))
     }
 
     async fn send_notice(
@@ -153,6 +155,50 @@ impl MessageService for MessageApi {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::ConversationSeqResponse { seq }))
+    }
+}
+
+fn send_command(request: pb::SendRequest) -> SendCommand {
+    let pb::SendRequest {
+        client_msg_id,
+        to,
+        content,
+        mentioned_user_ids,
+        mention_all,
+        receipt,
+    } = request;
+    SendCommand {
+        client_msg_id,
+        to: to.map(target_from_proto),
+        content: content.and_then(|c| c.kind).map(content_from_proto),
+        mentions: Mentions {
+            users: mentioned_user_ids,
+            all: mention_all,
+        },
+        receipt,
+    }
+}
+
+fn send_outcome(outcome: Result<Sent, Error>) -> pb::SendOutcome {
+    match outcome {
+        Ok(sent) => pb::SendOutcome {
+            sent: Some(sent_to_proto(sent)),
+            ..Default::default()
+        },
+        Err(err) => {
+            let refused = status(err);
+            let retry_after_ms = refused
+                .metadata()
+                .get("retry-after-ms")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(0);
+            pb::SendOutcome {
+                sent: None,
+                code: refused.code() as i32,
+                error: refused.message().to_owned(),
+                retry_after_ms,
+            }
+        }
     }
 }
 

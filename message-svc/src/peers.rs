@@ -8,7 +8,7 @@ use imesh_protos::{
         group_service_client::GroupServiceClient,
     },
     relation::{
-        CheckRelationsRequest, GetUsersRequest, Relation,
+        CheckPairsRequest, GetUsersRequest, Relation, UserPair,
         relation_service_client::RelationServiceClient,
     },
 };
@@ -18,7 +18,7 @@ use crate::domain::{
     Audience, Directory, GateAnswer, Gated, GroupGate, GroupRefusal, PeerRelation, Sender,
 };
 
-/// [`Directory`] backed by relation-svc's cached `CheckRelations`.
+/// [`Directory`] backed by relation-svc's cached `CheckPairs`.
 pub struct RelationDirectory {
     client: RelationServiceClient<Channel>,
     caller: Caller,
@@ -35,30 +35,35 @@ impl RelationDirectory {
 
 #[async_trait::async_trait]
 impl Directory for RelationDirectory {
-    async fn relation(&self, sender: i64, peer: i64) -> anyhow::Result<PeerRelation> {
-        let request = self.caller.request(
-            Actor::System,
-            CheckRelationsRequest {
-                user_id: sender,
-                peer_ids: vec![peer],
-            },
-        );
-        let reply = self
-            .client
-            .clone()
-            .check_relations(request)
-            .await?
-            .into_inner();
-        let Some(found) = reply.relations.into_iter().find(|r| r.peer_id == peer) else {
-            anyhow::bail!("relation-svc answered without peer {peer}");
-        };
-        let relation = found.relation();
-        Ok(PeerRelation {
-            exists: found.exists,
-            peer_lists_sender: matches!(relation, Relation::Both | Relation::TheirsOnly),
-            sender_blocked_peer: found.blocked_by_me,
-            peer_blocked_sender: found.blocked_me,
-        })
+    async fn relations(&self, pairs: &[(i64, i64)]) -> anyhow::Result<Vec<PeerRelation>> {
+        // relation-svc takes at most 500 pairs a call.
+        let mut found = Vec::with_capacity(pairs.len());
+        for chunk in pairs.chunks(500) {
+            let ask = CheckPairsRequest {
+                pairs: chunk
+                    .iter()
+                    .map(|&(user_id, peer_id)| UserPair { user_id, peer_id })
+                    .collect(),
+            };
+            let request = self.caller.request(Actor::System, ask);
+            let reply = self.client.clone().check_pairs(request).await?.into_inner();
+            anyhow::ensure!(
+                reply.relations.len() == chunk.len(),
+                "relation-svc answered {} of {} pairs",
+                reply.relations.len(),
+                chunk.len()
+            );
+            found.extend(reply.relations.iter().map(|r| {
+                let relation = r.relation();
+                PeerRelation {
+                    exists: r.exists,
+                    peer_lists_sender: matches!(relation, Relation::Both | Relation::TheirsOnly),
+                    sender_blocked_peer: r.blocked_by_me,
+                    peer_blocked_sender: r.blocked_me,
+                }
+            }));
+        }
+        Ok(found)
     }
 
     async fn existing(&self, users: &[i64]) -> anyhow::Result<Vec<i64>> {

@@ -182,6 +182,44 @@ impl Device {
             .collect()
     }
 
+    /// Sends every request keeping `window` of them in flight (each new one as soon as a
+    /// reply frees a place); returns the replies in the order of `sends`.
+    pub async fn pipeline(&mut self, sends: Vec<SendRequest>, window: usize) -> Vec<Body> {
+        let mut ids = Vec::with_capacity(sends.len());
+        let mut got = std::collections::HashMap::new();
+        let mut waiting = sends.into_iter();
+        let mut open = 0;
+        loop {
+            while open < window {
+                let Some(send) = waiting.next() else { break };
+                ids.push(self.send_frame(client_frame::Body::Send(send)).await);
+                open += 1;
+            }
+            if open == 0 {
+                break;
+            }
+            let frame = self
+                .read()
+                .await
+                .expect("connection open while waiting for replies");
+            match frame.body {
+                Some(body) if ids.contains(&frame.request_id) => {
+                    assert!(
+                        got.insert(frame.request_id, body).is_none(),
+                        "two replies to request {}",
+                        frame.request_id
+                    );
+                    open -= 1;
+                }
+                Some(Body::Push(push)) => self.pushes.extend(push.entries),
+                _ => self.unsolicited.push_back(frame),
+            }
+        }
+        ids.iter()
+            .map(|id| got.remove(id).expect("each reply"))
+            .collect()
+    }
+
     /// Authenticates as `device_id`, on a platform of its own (so one user's devices never
     /// replace each other under the one-per-platform policy).
     pub async fn auth(&mut self, token: &str, device_id: &str) -> Result<AuthOk, Error> {

@@ -75,6 +75,9 @@ pub enum Scenario {
         /// Sends per second over all senders (0: each sender as fast as replies come).
         #[arg(long, default_value_t = 0)]
         rate: u32,
+        /// Sends each sender keeps in flight (pipelined, not waiting for each ack).
+        #[arg(long, default_value_t = 1)]
+        window: usize,
     },
     /// Groups of G online members; S senders per group send K messages each.
     Group {

@@ -24,6 +24,9 @@ pub struct Report {
     pub lost: u64,
     /// The same message arriving twice under different inbox entries: must be 0.
     pub duplicated: u64,
+    /// Sends acked out of their sender's order, and pushes of one sender's messages to a
+    /// conversation arriving out of seq order: must be 0.
+    pub reordered: u64,
     /// Connections the server closed with a fatal error frame (e.g. slow consumers).
     pub closed_by_server: u64,
     /// From the first send to the last delivery.
@@ -143,6 +146,7 @@ impl Report {
             ),
             ("lost", self.lost.to_string()),
             ("duplicated", self.duplicated.to_string()),
+            ("reordered", self.reordered.to_string()),
             ("closed by server", self.closed_by_server.to_string()),
             ("elapsed", format!("{:.3} s", self.elapsed_secs)),
             ("sends/s", format!("{:.0}", self.sends_per_sec)),

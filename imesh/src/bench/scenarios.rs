@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::future::try_join_all;
+use futures::{StreamExt, TryStreamExt, future::try_join_all, stream};
 use imesh_protos::{
     gateway::{Ack, Ping, client_frame::Body as Out, server_frame::Body as In},
     message::{Content, SendRequest, Text, content, send_request::To},
@@ -42,9 +42,10 @@ pub(super) async fn run(run: &Run, admin: &Admin) -> anyhow::Result<Report> {
             pairs,
             messages,
             rate,
-        } => direct(run, admin, (pairs, messages, rate), false).await,
+            window,
+        } => direct(run, admin, (pairs, messages, rate, window), false).await,
         Scenario::Reconnect { pairs, messages } => {
-            direct(run, admin, (pairs, messages, 0), true).await
+            direct(run, admin, (pairs, messages, 0, 1), true).await
         }
         Scenario::Group {
             size,
@@ -75,6 +76,8 @@ pub(super) async fn run(run: &Run, admin: &Admin) -> anyhow::Result<Report> {
 struct Sends {
     sent: AtomicU64,
     throttled: AtomicU64,
+    /// Acked sends whose seq is out of their sender's order.
+    reordered: AtomicU64,
 }
 
 /// The planned sends of one device: to whom, how many, at what pace.
@@ -83,6 +86,8 @@ struct Plan {
     to: To,
     messages: usize,
     interval: Option<Duration>,
+    /// Sends kept in flight at once.
+    window: usize,
     receipt: bool,
 }
 
@@ -100,8 +105,15 @@ fn text(run: &Run) -> Option<Content> {
 }
 
 /// Sends one message, waiting out rate limits and riding through reconnects (a retry
-/// reuses the `client_msg_id`, so nothing is stored twice). Returns the message's seq.
-async fn send(run: &Run, plan: &Plan, client_msg_id: String, sends: &Sends) -> anyhow::Result<i64> {
+/// reuses the `client_msg_id`, so nothing is stored twice). Returns the message's seq and
+/// whether its first try was acked.
+async fn send(
+    run: &Run,
+    plan: &Plan,
+    client_msg_id: String,
+    sends: &Sends,
+) -> anyhow::Result<(i64, bool)> {
+    let mut first_try = true;
     loop {
         let request = Out::Send(SendRequest {
             client_msg_id: client_msg_id.clone(),
@@ -114,7 +126,7 @@ async fn send(run: &Run, plan: &Plan, client_msg_id: String, sends: &Sends) -> a
         match client.request(request).await {
             Ok(In::SendAck(ack)) => {
                 sends.sent.fetch_add(1, Ordering::Relaxed);
-                return Ok(ack.seq);
+                return Ok((ack.seq, first_try));
             }
             Ok(In::Error(e)) if e.code == RESOURCE_EXHAUSTED => {
                 sends.throttled.fetch_add(1, Ordering::Relaxed);
@@ -128,34 +140,49 @@ async fn send(run: &Run, plan: &Plan, client_msg_id: String, sends: &Sends) -> a
             }
             Err(e) => return Err(e),
         }
+        first_try = false;
     }
 }
 
-/// Runs every plan concurrently; returns each send's seq and start time per plan.
+/// Runs every plan concurrently, each keeping up to its window of sends in flight;
+/// returns each send's seq and start time per plan. Counts in `sends.reordered` the sends
+/// acked at their first try whose seq is not above the one sent before them.
 async fn send_all(
     run: &Run,
     plans: &[Plan],
     sends: &Sends,
 ) -> anyhow::Result<Vec<Vec<(i64, Instant)>>> {
     try_join_all(plans.iter().enumerate().map(|(p, plan)| async move {
-        let mut ticks = plan.interval.map(|every| {
+        let ticks = plan.interval.map(|every| {
             let mut ticks = tokio::time::interval(every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticks
         });
-        let mut sent = Vec::with_capacity(plan.messages);
-        for k in 0..plan.messages {
+        let paced = stream::unfold((0, ticks), |(k, mut ticks)| async move {
+            if k >= plan.messages || run.left().is_zero() {
+                return None;
+            }
             if let Some(ticks) = &mut ticks {
                 ticks.tick().await;
             }
-            if run.left().is_zero() {
-                break;
-            }
-            let started = Instant::now();
-            let seq = send(run, plan, format!("{}-{p}-{k}", run.id), sends).await?;
-            sent.push((seq, started));
-        }
-        anyhow::Ok(sent)
+            Some((k, (k + 1, ticks)))
+        });
+        let acked: Vec<(i64, bool, Instant)> = paced
+            .map(|k| async move {
+                let started = Instant::now();
+                let (seq, first_try) =
+                    send(run, plan, format!("{}-{p}-{k}", run.id), sends).await?;
+                anyhow::Ok((seq, first_try, started))
+            })
+            .buffered(plan.window)
+            .try_collect()
+            .await?;
+        let first_tries: Vec<i64> = acked.iter().filter(|a| a.1).map(|a| a.0).collect();
+        let reordered = first_tries.windows(2).filter(|w| w[1] <= w[0]).count();
+        sends
+            .reordered
+            .fetch_add(reordered as u64, Ordering::Relaxed);
+        anyhow::Ok(acked.into_iter().map(|(seq, _, at)| (seq, at)).collect())
     }))
     .await
 }
@@ -229,6 +256,7 @@ async fn settle(
         report.pushed += counts.pushed;
         report.pulled += counts.pulled;
         report.duplicated += counts.duplicates;
+        report.reordered += counts.reordered;
         report.lost += expected.saturating_sub(counts.pushed + counts.pulled);
         report.closed_by_server += u64::from(counts.closed_by_server.is_some());
         latency
@@ -284,6 +312,7 @@ async fn drive(
         scenario: name.into(),
         sends: sends.sent.load(Ordering::Relaxed),
         throttled: sends.throttled.load(Ordering::Relaxed),
+        reordered: sends.reordered.load(Ordering::Relaxed),
         ..Default::default()
     };
     settle(run, devices, expected, &mut report).await?;
@@ -305,7 +334,7 @@ async fn drive(
 async fn direct(
     run: &Run,
     admin: &Admin,
-    (pairs, messages, rate): (usize, usize, u32),
+    (pairs, messages, rate, window): (usize, usize, u32, usize),
     reconnect: bool,
 ) -> anyhow::Result<Report> {
     run.progress.set_message("provisioning");
@@ -321,6 +350,7 @@ async fn direct(
             to: To::UserId(devices[i ^ 1].user.id),
             messages,
             interval: interval(rate, devices.len()),
+            window: window.max(1),
             receipt: false,
         })
         .collect();
@@ -384,6 +414,7 @@ async fn group(
                     to: To::GroupId(*group_id),
                     messages,
                     interval: interval(rate, senders * groups),
+                    window: 1,
                     receipt: false,
                 });
             }
@@ -499,6 +530,7 @@ async fn receipts(
         to: To::GroupId(group_id),
         messages,
         interval: None,
+        window: 1,
         receipt: true,
     }];
     let mut expected = vec![messages as u64; size];

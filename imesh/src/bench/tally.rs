@@ -2,7 +2,10 @@
 //! (by `client_msg_id`; the same message under a second `sync_seq` is a duplicate), and the
 //! send → push latency of each, from the send time the sender wrote into the text.
 
-use std::{collections::HashSet, time::Instant};
+use std::{
+    collections::{HashMap, HashSet},
+    time::Instant,
+};
 
 use hdrhistogram::Histogram;
 use imesh_protos::{
@@ -49,6 +52,9 @@ struct Log {
     pushed: u64,
     pulled: u64,
     duplicates: u64,
+    /// The last pushed seq of each (conversation, sender).
+    last_pushed: HashMap<(String, i64), i64>,
+    reordered: u64,
     latency: Option<Histogram<u64>>,
     closed_by_server: Option<String>,
 }
@@ -58,6 +64,8 @@ pub struct Counts {
     pub pushed: u64,
     pub pulled: u64,
     pub duplicates: u64,
+    /// Pushes of one sender's messages to a conversation that came after a later one.
+    pub reordered: u64,
     pub latency: Histogram<u64>,
     pub closed_by_server: Option<String>,
 }
@@ -115,6 +123,7 @@ impl Tally {
             pushed: log.pushed,
             pulled: log.pulled,
             duplicates: log.duplicates,
+            reordered: log.reordered,
             latency: log.latency.take().unwrap_or_else(histogram),
             closed_by_server: log.closed_by_server.clone(),
         }
@@ -142,6 +151,11 @@ impl Tally {
                         log.pulled += 1;
                     } else {
                         log.pushed += 1;
+                        let key = (m.conversation_id.clone(), m.sender_id);
+                        let last = log.last_pushed.entry(key).or_default();
+                        let out_of_order = m.seq <= *last;
+                        *last = (*last).max(m.seq);
+                        log.reordered += u64::from(out_of_order);
                         if let Some(sent_us) = sent_at(&m.content) {
                             let latency = log.latency.get_or_insert_with(histogram);
                             latency.saturating_record(now_us.saturating_sub(sent_us).max(1));

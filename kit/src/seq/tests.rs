@@ -141,3 +141,27 @@ async fn next_many_allocates_per_key_and_raises_ceilings_monotonically() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_key_repeated_in_one_call_gets_increasing_values_in_order() {
+    for backend in testing::sql_backends() {
+        let mut counters: Vec<Arc<dyn Counters>> = vec![Arc::new(MemoryCounters::default())];
+        for (redis, _) in redis_counters().await {
+            counters.push(Arc::new(redis));
+        }
+        for counters in counters {
+            let ceilings = ceilings(backend).await;
+            let alloc = SeqAllocator::new(counters, ceilings.clone(), 10);
+            let (a, b) = (
+                format!("a{}", testing::random_id()),
+                format!("b{}", testing::random_id()),
+            );
+            let got = alloc.next_many(&[&a, &b, &a, &a, &b]).await.unwrap();
+            assert_eq!(got, vec![1, 1, 2, 3, 2], "{backend:?}");
+            assert_eq!(ceilings.get(&a).await.unwrap(), 13, "{backend:?}");
+            let got = alloc.next_many(&[a.as_str(); 12]).await.unwrap();
+            assert_eq!(got, (4..=15).collect::<Vec<_>>(), "{backend:?}");
+            assert_eq!(ceilings.get(&a).await.unwrap(), 25, "{backend:?}");
+        }
+    }
+}

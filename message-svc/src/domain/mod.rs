@@ -18,7 +18,7 @@ mod types;
 pub use content::{Content, Media, MediaKind, Notice};
 pub use rate::{RateLimited, RateLimits};
 pub use read::HistoryPage;
-pub use send::{NoticeCommand, NoticeOutcome, NoticeTarget, SendCommand};
+pub use send::{MAX_SEND_BATCH, NoticeCommand, NoticeOutcome, NoticeTarget, SendCommand};
 pub use types::{
     Conversation, ConversationId, Mentions, Message, Sender, Sent, Target, direct_conversation,
 };
@@ -73,7 +73,9 @@ pub struct PeerRelation {
 /// Who exists and who blocked whom, as relation-svc knows it.
 #[async_trait::async_trait]
 pub trait Directory: Send + Sync + 'static {
-    async fn relation(&self, sender: i64, peer: i64) -> anyhow::Result<PeerRelation>;
+    /// What each `(sender, peer)` pair's relation allows, in the order asked (at most
+    /// [`send::MAX_SEND_BATCH`] pairs).
+    async fn relations(&self, pairs: &[(i64, i64)]) -> anyhow::Result<Vec<PeerRelation>>;
     /// The ids among `users` that exist and are not disabled.
     async fn existing(&self, users: &[i64]) -> anyhow::Result<Vec<i64>>;
 }

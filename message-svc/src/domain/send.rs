@@ -1,9 +1,10 @@
-//! The send path: validate, answer retries, rate-limit, gate, allocate, store with the
-//! outbox event. Notices to many targets take the same path once per target.
+//! The send path, one batch at a time (a single send is a batch of one): validate, answer
+//! retries, rate-limit, gate, allocate msg ids and seqs in the batch's order, store with the
+//! outbox events. Notices to many targets take the same path once per target.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use futures::{StreamExt, stream};
+use futures::{StreamExt, future::join_all, stream};
 use imesh_kit::{error::StoreError, outbox::OutboxRow};
 
 use super::{
@@ -45,35 +46,206 @@ const MAX_NOTICE_KEY: usize = 40;
 /// Targets of one notice stored at once.
 const NOTICE_CONCURRENCY: usize = 16;
 
+/// Most sends one batch carries.
+pub const MAX_SEND_BATCH: usize = 512;
+
+/// A send that passed the checks of its own fields, before the idempotency lookup and the
+/// gate.
+struct Checked {
+    sender: Sender,
+    client_msg_id: String,
+    to: Target,
+    content: Content,
+    mentions: Mentions,
+    receipt: bool,
+}
+
+/// A message the gate let through, waiting for its msg_id and seq.
+pub(super) struct Draft {
+    message: Message,
+    audience: Audience,
+}
+
+/// Where one send of a batch stands.
+enum Step {
+    Checked(Checked),
+    Drafted(Draft),
+    Done(Result<Sent, Error>),
+}
+
 impl Messages {
     /// Stores a message from `sender` and queues its delivery; a repeated
     /// `(sender, client_msg_id)` returns the first send's result and stores nothing.
     pub async fn send(&self, sender: Sender, command: SendCommand) -> Result<Sent, Error> {
+        let mut outcomes = self.send_batch(vec![(sender, command)]).await?;
+        outcomes.pop().expect("one outcome per send")
+    }
+
+    /// Many senders' messages at once (a gateway's batch). Each is checked, answered from an
+    /// earlier send, or refused on its own; the rest get msg ids and seqs in the batch's
+    /// order and are stored together. Outcomes come in the batch's order; `Err` only when
+    /// the batch itself is bad or a store failed (then nothing new is stored).
+    pub async fn send_batch(
+        &self,
+        sends: Vec<(Sender, SendCommand)>,
+    ) -> Result<Vec<Result<Sent, Error>>, Error> {
+        if sends.is_empty() || sends.len() > MAX_SEND_BATCH {
+            return Err(invalid(
+                "sends",
+                format!("must hold 1–{MAX_SEND_BATCH} sends"),
+            ));
+        }
+        let mut steps: Vec<Step> = sends
+            .into_iter()
+            .map(|(sender, command)| match self.check(sender, command) {
+                Ok(checked) => Step::Checked(checked),
+                Err(e) => Step::Done(Err(e)),
+            })
+            .collect();
+        self.answer_retries(&mut steps).await?;
+        for step in &mut steps {
+            if let Step::Checked(c) = step
+                && let Err(limited) = self.rate_check(c)
+            {
+                *step = Step::Done(Err(limited));
+            }
+        }
+        let steps = self.gate_all(steps).await;
+        let mut outcomes: Vec<Option<Result<Sent, Error>>> = Vec::with_capacity(steps.len());
+        let mut ready = Vec::new();
+        for step in steps {
+            match step {
+                Step::Drafted(draft) => {
+                    ready.push(draft);
+                    outcomes.push(None);
+                }
+                Step::Done(outcome) => outcomes.push(Some(outcome)),
+                Step::Checked(_) => unreachable!("the gate decides every checked send"),
+            }
+        }
+        let mut stored = self.commit(ready).await?.into_iter();
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| stored.next().expect("one outcome per draft")))
+            .collect())
+    }
+
+    /// The checks of a send's own fields.
+    fn check(&self, sender: Sender, command: SendCommand) -> Result<Checked, Error> {
         let client_msg_id = parse_client_msg_id(&command.client_msg_id)?;
         let to = command
             .to
             .ok_or_else(|| invalid("to", "set user_id or group_id"))?;
         let content = self.checked_content(sender, command.content)?;
         let mentions = checked_mentions(command.mentions, to)?;
-        if let Some(sent) = self.earlier(sender, &client_msg_id).await? {
-            return Ok(sent);
-        }
-        if let Sender::User(user) = sender {
-            let group = match to {
-                Target::Group(g) => Some(g),
-                Target::User(_) => None,
-            };
-            self.rates.check(user, group)?;
-        }
         if command.receipt {
             checked_receipt(sender, to)?;
         }
-        let (conversation, gated) = self.gate(sender, to, &mentions).await?;
-        let mut message = self.compose(sender, client_msg_id, conversation, content, mentions);
-        if command.receipt {
+        Ok(Checked {
+            sender,
+            client_msg_id,
+            to,
+            content,
+            mentions,
+            receipt: command.receipt,
+        })
+    }
+
+    /// Answers retries of stored sends (one lookup for the batch).
+    async fn answer_retries(&self, steps: &mut [Step]) -> Result<(), Error> {
+        let keys: Vec<(i64, &str)> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Checked(c) => Some((c.sender.id(), c.client_msg_id.as_str())),
+                _ => None,
+            })
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let found = self.store.find_sent_many(&keys).await?;
+        let checked = steps.iter_mut().filter(|s| matches!(s, Step::Checked(_)));
+        for (step, earlier) in checked.zip(found) {
+            if let Some(sent) = earlier {
+                *step = Step::Done(Ok(Sent {
+                    duplicate: true,
+                    ..sent
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    fn rate_check(&self, checked: &Checked) -> Result<(), Error> {
+        let Sender::User(user) = checked.sender else {
+            return Ok(());
+        };
+        let group = match checked.to {
+            Target::Group(g) => Some(g),
+            Target::User(_) => None,
+        };
+        Ok(self.rates.check(user, group)?)
+    }
+
+    /// Gates every checked send: the direct ones with one relation check for the batch,
+    /// the others one by one, concurrently.
+    async fn gate_all(&self, steps: Vec<Step>) -> Vec<Step> {
+        let pairs: Vec<(i64, i64)> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Checked(Checked {
+                    sender: Sender::User(me),
+                    to: Target::User(peer),
+                    ..
+                }) if *peer > 0 && peer != me => Some((*me, *peer)),
+                _ => None,
+            })
+            .collect();
+        let relations = match pairs.is_empty() {
+            true => Ok(HashMap::new()),
+            false => self
+                .peers
+                .relations
+                .relations(&pairs)
+                .await
+                .map(|found| pairs.iter().copied().zip(found).collect::<HashMap<_, _>>()),
+        };
+        let relations = &relations;
+        join_all(steps.into_iter().map(|step| async move {
+            let Step::Checked(checked) = step else {
+                return step;
+            };
+            match self.draft(checked, relations).await {
+                Ok(draft) => Step::Drafted(draft),
+                Err(e) => Step::Done(Err(e)),
+            }
+        }))
+        .await
+    }
+
+    /// The gate's decision on one send, as a message ready for its seq.
+    async fn draft(
+        &self,
+        checked: Checked,
+        relations: &anyhow::Result<HashMap<(i64, i64), PeerRelation>>,
+    ) -> Result<Draft, Error> {
+        let Checked {
+            sender,
+            client_msg_id,
+            to,
+            content,
+            mentions,
+            receipt,
+        } = checked;
+        let (conversation, gated) = self.gate(sender, to, &mentions, relations).await?;
+        let mut message = compose(sender, client_msg_id, conversation, content, mentions);
+        if receipt {
             message.receipt_bound = self.receipt_bound(&gated)?;
         }
-        self.commit(message, &gated.audience).await
+        Ok(Draft {
+            message,
+            audience: gated.audience,
+        })
     }
 
     /// The map bound a receipt message records, when its group is small enough to count.
@@ -157,21 +329,22 @@ impl Messages {
             Target::Group(g) => Conversation::Group(g),
         };
         let key = format!("{key}#{}", conversation.id());
-        if let Some(sent) = self.earlier(Sender::System, &key).await? {
+        if let Some(sent) = self.earlier(Sender::System.id(), &key).await? {
             return Ok(sent);
         }
         let audience = match target {
             Target::User(u) => Audience::Users(vec![u]),
             Target::Group(g) => self.group_audience(g, Sender::System, 0).await?.audience,
         };
-        let message = self.compose(
+        let message = compose(
             Sender::System,
             key,
             conversation.id(),
             content,
             Mentions::default(),
         );
-        self.commit(message, &audience).await
+        let mut stored = self.commit(vec![Draft { message, audience }]).await?;
+        stored.pop().expect("one outcome per draft")
     }
 
     fn checked_content(&self, sender: Sender, content: Option<Content>) -> Result<Content, Error> {
@@ -184,72 +357,77 @@ impl Messages {
     }
 
     /// The stored answer to an earlier send with this key, marked as a duplicate.
-    async fn earlier(&self, sender: Sender, client_msg_id: &str) -> Result<Option<Sent>, Error> {
-        let found = self.store.find_sent(sender.id(), client_msg_id).await?;
+    async fn earlier(&self, sender_id: i64, client_msg_id: &str) -> Result<Option<Sent>, Error> {
+        let found = self.store.find_sent(sender_id, client_msg_id).await?;
         Ok(found.map(|sent| Sent {
             duplicate: true,
             ..sent
         }))
     }
 
-    fn compose(
-        &self,
-        sender: Sender,
-        client_msg_id: String,
-        conversation_id: ConversationId,
-        content: Content,
-        mentions: Mentions,
-    ) -> Message {
-        Message {
-            msg_id: self.ids.next_id(),
-            conversation_id,
-            seq: 0,
-            sender_id: sender.id(),
-            client_msg_id,
-            content,
-            mentions,
-            receipt_bound: 0,
-            server_time_ms: imesh_kit::ids::unix_ms(),
-            recalled_by: 0,
-            recalled_at_ms: 0,
+    /// Gives each draft, in order, its msg id and conversation seq (a conversation's
+    /// drafts get increasing seqs in the order given), then stores them with their outbox
+    /// events through the group commit. A draft whose key a concurrent retry took is
+    /// answered with that retry's result.
+    async fn commit(&self, drafts: Vec<Draft>) -> Result<Vec<Result<Sent, Error>>, Error> {
+        if drafts.is_empty() {
+            return Ok(Vec::new());
         }
-    }
-
-    /// Allocates the message's seq and stores it with its outbox event.
-    async fn commit(&self, mut message: Message, audience: &Audience) -> Result<Sent, Error> {
-        message.seq = self
-            .seqs
-            .next(&crate::keys::conversation_seq(&message.conversation_id))
-            .await?;
-        let event = OutboxRow {
-            id: message.msg_id,
-            payload: (self.encode.message)(&message, audience),
-        };
-        match self.store.append(&message, event).await {
-            Ok(()) => {}
-            // A concurrent retry of the same send won the race: answer with its result.
-            Err(StoreError::Conflict(_)) => {
-                let sender = message.sender_id;
-                if let Some(sent) = self.store.find_sent(sender, &message.client_msg_id).await? {
-                    return Ok(Sent {
-                        duplicate: true,
-                        ..sent
-                    });
-                }
-                return Err(StoreError::Conflict("message".into()).into());
-            }
-            Err(e) => return Err(e.into()),
+        let keys: Vec<String> = drafts
+            .iter()
+            .map(|d| crate::keys::conversation_seq(&d.message.conversation_id))
+            .collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let seqs = self.seqs.next_many(&keys).await?;
+        let appends: Vec<(Message, OutboxRow)> = drafts
+            .into_iter()
+            .zip(seqs)
+            .map(
+                |(
+                    Draft {
+                        mut message,
+                        audience,
+                    },
+                    seq,
+                )| {
+                    message.msg_id = self.ids.next_id();
+                    message.seq = seq;
+                    message.server_time_ms = imesh_kit::ids::unix_ms();
+                    let event = OutboxRow {
+                        id: message.msg_id,
+                        payload: (self.encode.message)(&message, &audience),
+                    };
+                    (message, event)
+                },
+            )
+            .collect();
+        let written = self.store.append_many(&appends).await;
+        if written.iter().any(Result::is_ok) {
+            self.relay.notify_one();
         }
-        self.relay.notify_one();
-        Ok(Sent::of(&message))
+        let mut outcomes = Vec::with_capacity(appends.len());
+        for ((message, _), result) in appends.iter().zip(written) {
+            outcomes.push(match result {
+                Ok(()) => Ok(Sent::of(message)),
+                // A concurrent retry of the same send won the race: answer with its result.
+                Err(StoreError::Conflict(_)) => self
+                    .earlier(message.sender_id, &message.client_msg_id)
+                    .await?
+                    .ok_or_else(|| StoreError::Conflict("message".into()).into()),
+                Err(e) => Err(e.into()),
+            });
+        }
+        Ok(outcomes)
     }
 
     /// Decides whether `sender` may write to `to`; returns the conversation and audience.
+    /// `relations` holds relation-svc's answer for the batch's direct pairs.
     async fn gate(
         &self,
         sender: Sender,
         to: Target,
         mentions: &Mentions,
+        relations: &anyhow::Result<HashMap<(i64, i64), PeerRelation>>,
     ) -> Result<(ConversationId, Gated), Error> {
         match (to, sender) {
             (Target::User(peer), _) if peer <= 0 => Err(invalid("user_id", "must be a user id")),
@@ -267,8 +445,13 @@ impl Messages {
                 if peer == me {
                     return Err(invalid("user_id", "cannot message yourself"));
                 }
-                let relation = self.peers.relations.relation(me, peer).await;
-                self.allowed(peer, relation.map_err(Error::Directory)?)?;
+                let relation = match relations {
+                    Ok(found) => found.get(&(me, peer)).copied().ok_or_else(|| {
+                        Error::Directory(anyhow::anyhow!("relation-svc left out ({me}, {peer})"))
+                    })?,
+                    Err(e) => return Err(Error::Directory(anyhow::anyhow!("{e:#}"))),
+                };
+                self.allowed(peer, relation)?;
                 Ok((direct_conversation(me, peer), Gated::direct(vec![me, peer])))
             }
             (Target::Group(group), _) => {
@@ -385,4 +568,27 @@ fn target_id(target: Target) -> i64 {
 fn dedup(ids: &[i64]) -> impl Iterator<Item = i64> + '_ {
     let mut seen = HashSet::new();
     ids.iter().copied().filter(move |id| seen.insert(*id))
+}
+
+/// A message before the commit gives it a msg id and seq.
+fn compose(
+    sender: Sender,
+    client_msg_id: String,
+    conversation_id: ConversationId,
+    content: Content,
+    mentions: Mentions,
+) -> Message {
+    Message {
+        msg_id: 0,
+        conversation_id,
+        seq: 0,
+        sender_id: sender.id(),
+        client_msg_id,
+        content,
+        mentions,
+        receipt_bound: 0,
+        server_time_ms: 0,
+        recalled_by: 0,
+        recalled_at_ms: 0,
+    }
 }

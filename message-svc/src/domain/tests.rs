@@ -25,13 +25,16 @@ struct Users;
 
 #[async_trait::async_trait]
 impl Directory for Users {
-    async fn relation(&self, sender: i64, peer: i64) -> anyhow::Result<PeerRelation> {
-        Ok(PeerRelation {
-            exists: [1, 2, 3].contains(&peer),
-            peer_lists_sender: (peer, sender) == (2, 1),
-            sender_blocked_peer: (sender, peer) == (3, 1),
-            peer_blocked_sender: (peer, sender) == (3, 1),
-        })
+    async fn relations(&self, pairs: &[(i64, i64)]) -> anyhow::Result<Vec<PeerRelation>> {
+        Ok(pairs
+            .iter()
+            .map(|&(sender, peer)| PeerRelation {
+                exists: [1, 2, 3].contains(&peer),
+                peer_lists_sender: (peer, sender) == (2, 1),
+                sender_blocked_peer: (sender, peer) == (3, 1),
+                peer_blocked_sender: (peer, sender) == (3, 1),
+            })
+            .collect())
     }
 
     async fn existing(&self, users: &[i64]) -> anyhow::Result<Vec<i64>> {

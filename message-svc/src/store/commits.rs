@@ -3,12 +3,15 @@
 //! carries many messages; alone, a message is written at once. A batch that fails (one
 //! row's conflict fails them all) is written again row by row, so each send gets its own
 //! answer and a conflict only refuses the send it belongs to.
-
-use std::sync::Arc;
+//!
+//! One writer commits in queue order, on every backend: appends become visible to the
+//! outbox relay in the order they were queued, which is what keeps one device's messages
+//! in order on their way out. (A transaction of up to 256 rows takes a few milliseconds,
+//! so one writer carries tens of thousands of messages a second.)
 
 use imesh_kit::{error::StoreError, outbox::OutboxRow};
 use sea_orm::DatabaseConnection;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::domain::Message;
 
@@ -30,49 +33,55 @@ pub(super) struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts `writers` concurrent writers (1 for SQLite, whose writes serialize anyway).
-    pub(super) fn spawn(db: DatabaseConnection, writers: usize) -> Self {
+    /// Starts the writer.
+    pub(super) fn spawn(db: DatabaseConnection) -> Self {
         let (queue, waiting) = mpsc::channel(QUEUE);
-        let waiting = Arc::new(Mutex::new(waiting));
-        for _ in 0..writers.max(1) {
-            tokio::spawn(write_batches(db.clone(), waiting.clone()));
-        }
+        tokio::spawn(write_batches(db, waiting));
         Self { queue }
     }
 
-    pub(super) async fn append(
+    /// Queues every append in order, then waits for each one's outcome.
+    pub(super) async fn append_many(
         &self,
-        message: Message,
-        event: OutboxRow,
-    ) -> Result<(), StoreError> {
-        let (done, outcome) = oneshot::channel();
-        let append = Append {
-            message,
-            event,
-            done,
-        };
+        appends: &[(Message, OutboxRow)],
+    ) -> Vec<Result<(), StoreError>> {
         let stopped = || StoreError::Unavailable(anyhow::anyhow!("the message writer stopped"));
-        self.queue.send(append).await.map_err(|_| stopped())?;
-        outcome.await.map_err(|_| stopped())?
+        let mut outcomes = Vec::with_capacity(appends.len());
+        for (message, event) in appends {
+            let (done, outcome) = oneshot::channel();
+            let append = Append {
+                message: message.clone(),
+                event: event.clone(),
+                done,
+            };
+            match self.queue.send(append).await {
+                Ok(()) => outcomes.push(Some(outcome)),
+                Err(_) => outcomes.push(None),
+            }
+        }
+        let mut results = Vec::with_capacity(outcomes.len());
+        for outcome in outcomes {
+            results.push(match outcome {
+                Some(outcome) => outcome.await.unwrap_or_else(|_| Err(stopped())),
+                None => Err(stopped()),
+            });
+        }
+        results
     }
 }
 
-async fn write_batches(db: DatabaseConnection, waiting: Arc<Mutex<mpsc::Receiver<Append>>>) {
+async fn write_batches(db: DatabaseConnection, mut waiting: mpsc::Receiver<Append>) {
     loop {
-        let batch = {
-            let mut waiting = waiting.lock().await;
-            let Some(first) = waiting.recv().await else {
-                return;
-            };
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match waiting.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(_) => break,
-                }
-            }
-            batch
+        let Some(first) = waiting.recv().await else {
+            return;
         };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match waiting.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
         if batch.len() > 1 && super::sql::write_appends(&db, &batch).await.is_ok() {
             for append in batch {
                 let _ = append.done.send(Ok(()));

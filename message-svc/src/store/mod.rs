@@ -14,12 +14,30 @@ pub const OUTBOX_TABLE: &str = "message_outbox";
 #[async_trait]
 pub trait MessageStore: Send + Sync + 'static {
     /// The stored result of `sender`'s send with this `client_msg_id`, if there was one.
-    async fn find_sent(&self, sender: i64, client_msg_id: &str)
-    -> Result<Option<Sent>, StoreError>;
+    async fn find_sent(
+        &self,
+        sender: i64,
+        client_msg_id: &str,
+    ) -> Result<Option<Sent>, StoreError> {
+        Ok(self
+            .find_sent_many(&[(sender, client_msg_id)])
+            .await?
+            .remove(0))
+    }
+    /// [`Self::find_sent`] for many `(sender, client_msg_id)` keys in one query: one answer
+    /// per key, in order.
+    async fn find_sent_many(&self, keys: &[(i64, &str)]) -> Result<Vec<Option<Sent>>, StoreError>;
     /// In one transaction: stores `message`, raises its conversation's max seq (never
     /// lowers it) and queues `event` in the outbox. MUST fail with `Conflict`, storing
     /// nothing, when `(sender, client_msg_id)` or `(conversation, seq)` is already stored.
-    async fn append(&self, message: &Message, event: OutboxRow) -> Result<(), StoreError>;
+    async fn append(&self, message: &Message, event: OutboxRow) -> Result<(), StoreError> {
+        let appends = [(message.clone(), event)];
+        self.append_many(&appends).await.remove(0)
+    }
+    /// [`Self::append`] for each `(message, event)`, answered one by one in order. The
+    /// appends MUST be committed in the order given (an earlier one's outbox event is never
+    /// visible after a later one's), and one's conflict MUST NOT refuse the others.
+    async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> Vec<Result<(), StoreError>>;
     /// One stored message.
     async fn message(&self, conversation_id: &str, seq: i64)
     -> Result<Option<Message>, StoreError>;

@@ -152,14 +152,10 @@ pub struct SqlMessageStore {
 }
 
 impl SqlMessageStore {
-    /// Starts the group-commit writers on the current runtime.
+    /// Starts the group-commit writer on the current runtime.
     pub fn new(db: DatabaseConnection) -> Self {
-        let writers = match db.get_database_backend() {
-            sea_orm::DatabaseBackend::Sqlite => 1,
-            _ => 4,
-        };
         Self {
-            commits: GroupCommit::spawn(db.clone(), writers),
+            commits: GroupCommit::spawn(db.clone()),
             db,
         }
     }
@@ -224,27 +220,39 @@ pub(super) async fn write_appends(
 
 #[async_trait]
 impl MessageStore for SqlMessageStore {
-    async fn find_sent(
-        &self,
-        sender: i64,
-        client_msg_id: &str,
-    ) -> Result<Option<Sent>, StoreError> {
+    async fn find_sent_many(&self, keys: &[(i64, &str)]) -> Result<Vec<Option<Sent>>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let senders: std::collections::BTreeSet<i64> = keys.iter().map(|k| k.0).collect();
+        let ids: std::collections::BTreeSet<&str> = keys.iter().map(|k| k.1).collect();
+        // Both lists select a superset of the keys through the (sender, client_msg_id)
+        // index; the exact pairs are picked out below.
         let found = messages::Entity::find()
-            .filter(messages::Column::SenderId.eq(sender))
-            .filter(messages::Column::ClientMsgId.eq(client_msg_id))
-            .one(&self.db)
+            .filter(messages::Column::SenderId.is_in(senders))
+            .filter(messages::Column::ClientMsgId.is_in(ids))
+            .all(&self.db)
             .await?;
-        Ok(found.map(|m| Sent {
-            msg_id: m.msg_id,
-            conversation_id: m.conversation_id,
-            seq: m.seq,
-            server_time_ms: m.server_time_ms,
-            duplicate: false,
-        }))
+        let mut by_key: std::collections::HashMap<(i64, &str), &messages::Model> = found
+            .iter()
+            .map(|m| ((m.sender_id, m.client_msg_id.as_str()), m))
+            .collect();
+        Ok(keys
+            .iter()
+            .map(|key| {
+                by_key.remove(key).map(|m| Sent {
+                    msg_id: m.msg_id,
+                    conversation_id: m.conversation_id.clone(),
+                    seq: m.seq,
+                    server_time_ms: m.server_time_ms,
+                    duplicate: false,
+                })
+            })
+            .collect())
     }
 
-    async fn append(&self, message: &Message, event: OutboxRow) -> Result<(), StoreError> {
-        self.commits.append(message.clone(), event).await
+    async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> Vec<Result<(), StoreError>> {
+        self.commits.append_many(appends).await
     }
 
     async fn message(

@@ -328,6 +328,26 @@ impl RelationService for RelationApi {
                 .collect(),
         }))
     }
+
+    async fn check_pairs(
+        &self,
+        request: Request<pb::CheckPairsRequest>,
+    ) -> Reply<pb::CheckPairsResponse> {
+        actor(&request)?.require_system()?;
+        let pairs: Vec<(i64, i64)> = request
+            .into_inner()
+            .pairs
+            .iter()
+            .map(|p| (p.user_id, p.peer_id))
+            .collect();
+        let found = self.checker.check_pairs(&pairs).await.map_err(status)?;
+        Ok(Response::new(pb::CheckPairsResponse {
+            relations: found
+                .into_iter()
+                .map(convert::peer_relation_to_proto)
+                .collect(),
+        }))
+    }
 }
 
 #[cfg(test)]

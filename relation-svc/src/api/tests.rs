@@ -393,3 +393,71 @@ async fn bad_input_and_wrong_callers_get_precise_errors() {
         .unwrap();
     assert_eq!(updated.nickname, "Ann A.");
 }
+
+async fn pairs(
+    api: &RelationApi,
+    asker: Actor,
+    pairs: &[(i64, i64)],
+) -> Result<Vec<pb::PeerRelation>, Status> {
+    let request = pb::CheckPairsRequest {
+        pairs: pairs
+            .iter()
+            .map(|&(user_id, peer_id)| pb::UserPair { user_id, peer_id })
+            .collect(),
+    };
+    api.check_pairs(as_actor(asker, request))
+        .await
+        .map(|r| r.into_inner().relations)
+}
+
+#[tokio::test]
+async fn pairs_of_many_users_are_checked_in_one_call_in_the_order_asked() {
+    for (cache, api) in apis().await {
+        let (ann, bob, cat) = (
+            user(&api, "ann").await,
+            user(&api, "bob").await,
+            user(&api, "cat").await,
+        );
+        api.block(as_user(bob, pb::BlockRequest { peer_id: cat }))
+            .await
+            .unwrap();
+        let found = pairs(
+            &api,
+            Actor::System,
+            &[(cat, bob), (ann, bob), (bob, cat), (ann, 999_999)],
+        )
+        .await
+        .unwrap();
+        let seen: Vec<(i64, bool, bool, bool)> = found
+            .iter()
+            .map(|r| (r.peer_id, r.exists, r.blocked_me, r.blocked_by_me))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (bob, true, true, false),
+                (bob, true, false, false),
+                (cat, true, false, true),
+                (999_999, false, false, false),
+            ],
+            "{cache}"
+        );
+        let refused = pairs(&api, Actor::User(ann), &[(ann, bob)])
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::PermissionDenied, "{cache}");
+        let too_many: Vec<(i64, i64)> = (1..=501).map(|p| (ann, p)).collect();
+        let refused = pairs(&api, Actor::System, &too_many).await.unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{cache}");
+        assert!(
+            refused.message().starts_with("pairs: "),
+            "{cache}: {refused:?}"
+        );
+        let refused = pairs(&api, Actor::System, &[(ann, 0)]).await.unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{cache}");
+        assert!(
+            refused.message().starts_with("pairs: "),
+            "{cache}: {refused:?}"
+        );
+    }
+}

@@ -99,6 +99,27 @@ impl Checker {
             .collect())
     }
 
+    /// Both directions of each `(user, peer)` pair's relation, in the order asked: the
+    /// check of many senders' direct messages at once.
+    pub async fn check_pairs(&self, pairs: &[(i64, i64)]) -> Result<Vec<PeerRelation>, Error> {
+        if pairs.len() > MAX_PEERS_PER_CHECK {
+            return Err(invalid(
+                "pairs",
+                format!("at most {MAX_PEERS_PER_CHECK} per call"),
+            ));
+        }
+        if pairs.iter().any(|&(user, peer)| user <= 0 || peer <= 0) {
+            return Err(invalid("pairs", "user_id and peer_id must be user ids"));
+        }
+        let both: Vec<(i64, i64)> = pairs.iter().flat_map(|&(u, p)| [(u, p), (p, u)]).collect();
+        let found = self.lookup(&both).await?;
+        Ok(pairs
+            .iter()
+            .zip(found.chunks_exact(2))
+            .map(|(&(_, peer), both)| relation(peer, both[0], both[1]))
+            .collect())
+    }
+
     /// Drops what the caches hold about `owners` (after a write to their rows or account).
     /// A failing shared cache is logged: its entries expire on their own.
     pub async fn forget(&self, owners: &[i64]) {

@@ -1,0 +1,272 @@
+//! Client sends, batched on their way to message-svc.
+//!
+//! A send frame is queued at once, in the order its connection read it, on one of a few
+//! *lanes* chosen by the sender's user id. Each lane carries one `SendBatch` at a time:
+//! everything that queued while the previous batch was out goes in the next (up to
+//! `send_batch_max`), so light load goes out alone and at once, and heavy load in large
+//! batches. One user's sends share a lane and a lane waits for each answer, so message-svc
+//! sees a device's sends in the order sent, and gives them seqs in that order.
+//!
+//! Admission is bounded twice, each bound answered at once with `RESOURCE_EXHAUSTED` and a
+//! wait (never by waiting): a connection may have `sends_in_flight` sends unanswered, and a
+//! lane holds at most `send_backlog` queued sends.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use imesh_kit::identity::{Actor, Caller};
+use imesh_protos::{
+    gateway::server_frame::Body,
+    message::{
+        BatchedSend, SendBatchRequest, SendOutcome, SendRequest,
+        message_service_client::MessageServiceClient,
+    },
+};
+use prometheus_client::{metrics::counter::Counter, registry::Registry};
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Status, transport::Channel};
+
+use crate::{frames, window::Out};
+
+/// How the gateway batches sends.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub lanes: usize,
+    pub batch_max: usize,
+    pub backlog: usize,
+    pub in_flight: usize,
+    /// How long one batch may take before its sends are answered UNAVAILABLE.
+    pub timeout: Duration,
+}
+
+/// Where a connection's answers go, and how many of its sends are unanswered.
+pub struct Outlet {
+    pub frames: flume::Sender<Out>,
+    pub close: CancellationToken,
+    in_flight: AtomicUsize,
+}
+
+impl Outlet {
+    pub fn new(frames: flume::Sender<Out>, close: CancellationToken) -> Arc<Self> {
+        Arc::new(Self {
+            frames,
+            close,
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    /// Queues an answer; a connection too far behind to take it is closed (it resyncs).
+    fn answer(&self, frame: Bytes) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Err(flume::TrySendError::Full(_)) = self.frames.try_send(Out::Frame(frame)) {
+            self.close.cancel();
+        }
+    }
+}
+
+/// One queued send.
+struct Queued {
+    sender: i64,
+    request_id: u64,
+    request: SendRequest,
+    outlet: Arc<Outlet>,
+}
+
+struct Lane {
+    queue: flume::Sender<Queued>,
+    /// The last batch's round trip, in µs: the base of the wait a refusal names.
+    round_trip_us: Arc<AtomicU64>,
+}
+
+pub struct Sends {
+    lanes: Vec<Lane>,
+    limits: Limits,
+    refused: Counter,
+    batches: Counter,
+}
+
+impl Sends {
+    /// Starts the lanes on the current runtime; they stop when `self` is dropped.
+    pub fn spawn(client: MessageServiceClient<Channel>, caller: Caller, limits: Limits) -> Self {
+        let batches = Counter::default();
+        let lanes = (0..limits.lanes.max(1))
+            .map(|_| {
+                let (queue, waiting) = flume::bounded(limits.backlog.max(1));
+                let round_trip_us = Arc::new(AtomicU64::new(0));
+                let lane = LaneTask {
+                    client: client.clone(),
+                    caller: caller.clone(),
+                    waiting,
+                    batch_max: limits.batch_max.max(1),
+                    timeout: limits.timeout,
+                    round_trip_us: round_trip_us.clone(),
+                    batches: batches.clone(),
+                };
+                tokio::spawn(lane.run());
+                Lane {
+                    queue,
+                    round_trip_us,
+                }
+            })
+            .collect();
+        Self {
+            lanes,
+            limits,
+            refused: Counter::default(),
+            batches,
+        }
+    }
+
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "sends_refused",
+            "Client sends refused at once because a bound was reached",
+            self.refused.clone(),
+        );
+        registry.register(
+            "send_batches",
+            "SendBatch calls to message-svc",
+            self.batches.clone(),
+        );
+    }
+
+    /// Queues `sender`'s send; the answer reaches `outlet` later. Returns the error frame
+    /// to write now when a bound refuses it.
+    pub fn offer(
+        &self,
+        sender: i64,
+        request_id: u64,
+        request: SendRequest,
+        outlet: &Arc<Outlet>,
+    ) -> Option<Bytes> {
+        let lane = &self.lanes[sender.unsigned_abs() as usize % self.lanes.len()];
+        let max = self.limits.in_flight;
+        if outlet.in_flight.fetch_add(1, Ordering::AcqRel) >= max {
+            outlet.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.refused.inc();
+            let why =
+                format!("send: {max} sends in flight on this connection; wait for their acks");
+            return Some(refused(request_id, why, lane.wait(1)));
+        }
+        let queued = Queued {
+            sender,
+            request_id,
+            request,
+            outlet: outlet.clone(),
+        };
+        match lane.queue.try_send(queued) {
+            Ok(()) => None,
+            Err(_) => {
+                outlet.in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.refused.inc();
+                let batches_ahead = lane.queue.len() / self.limits.batch_max.max(1) + 1;
+                let why = "send: the gateway is at capacity; retry after the wait".to_owned();
+                Some(refused(request_id, why, lane.wait(batches_ahead)))
+            }
+        }
+    }
+}
+
+impl Lane {
+    /// How long `batches` batches of this lane take, at least 5 ms.
+    fn wait(&self, batches: usize) -> Duration {
+        let round_trip = Duration::from_micros(self.round_trip_us.load(Ordering::Relaxed));
+        (round_trip * batches as u32).max(Duration::from_millis(5))
+    }
+}
+
+fn refused(request_id: u64, why: String, wait: Duration) -> Bytes {
+    let status = Status::new(Code::ResourceExhausted, why);
+    frames::status_with_wait(request_id, &status, wait.as_millis() as u64)
+}
+
+struct LaneTask {
+    client: MessageServiceClient<Channel>,
+    caller: Caller,
+    waiting: flume::Receiver<Queued>,
+    batch_max: usize,
+    timeout: Duration,
+    round_trip_us: Arc<AtomicU64>,
+    batches: Counter,
+}
+
+impl LaneTask {
+    async fn run(self) {
+        while let Ok(first) = self.waiting.recv_async().await {
+            let mut batch = vec![first];
+            while batch.len() < self.batch_max {
+                match self.waiting.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            self.carry(batch).await;
+        }
+    }
+
+    /// Sends one batch and hands each connection its answer.
+    async fn carry(&self, batch: Vec<Queued>) {
+        let mut answers = Vec::with_capacity(batch.len());
+        let sends = batch
+            .into_iter()
+            .map(|q| {
+                answers.push((q.request_id, q.outlet));
+                BatchedSend {
+                    sender_id: q.sender,
+                    send: Some(q.request),
+                }
+            })
+            .collect();
+        let mut request = self
+            .caller
+            .request(Actor::System, SendBatchRequest { sends });
+        request.set_timeout(self.timeout);
+        let started = Instant::now();
+        self.batches.inc();
+        let reply = self.client.clone().send_batch(request).await;
+        let took = started.elapsed().as_micros() as u64;
+        self.round_trip_us.store(took, Ordering::Relaxed);
+        match reply {
+            Ok(reply) => {
+                let outcomes = reply.into_inner().outcomes;
+                if outcomes.len() != answers.len() {
+                    tracing::error!(
+                        sent = answers.len(),
+                        answered = outcomes.len(),
+                        "message-svc answered a batch with the wrong number of outcomes"
+                    );
+                    let status = Status::internal("send: message-svc answered badly; retry");
+                    return answer_all(answers, &status);
+                }
+                for ((request_id, outlet), outcome) in answers.into_iter().zip(outcomes) {
+                    outlet.answer(outcome_frame(request_id, outcome));
+                }
+            }
+            Err(status) => answer_all(answers, &status),
+        }
+    }
+}
+
+/// Every send of a batch that failed as a whole gets the batch's status (none of them was
+/// acknowledged, so the client retries them with the same client_msg_id).
+fn answer_all(answers: Vec<(u64, Arc<Outlet>)>, status: &Status) {
+    for (request_id, outlet) in answers {
+        outlet.answer(frames::status(request_id, status));
+    }
+}
+
+fn outcome_frame(request_id: u64, outcome: SendOutcome) -> Bytes {
+    match outcome.sent {
+        Some(sent) => frames::encode(request_id, Body::SendAck(sent)),
+        None => {
+            let status = Status::new(Code::from_i32(outcome.code), outcome.error);
+            frames::status_with_wait(request_id, &status, outcome.retry_after_ms)
+        }
+    }
+}

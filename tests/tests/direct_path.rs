@@ -1,0 +1,224 @@
+//! The direct path through a real gateway: pipelined sends keep each device's order in
+//! every conversation, live and stored, on every store set; a flood past the gateway's
+//! bounds gets only acks and clear refusals, every acked message arrives exactly once and
+//! in order, nothing refused is stored, and a normal send goes through right after.
+
+use std::collections::HashMap;
+
+use imesh_protos::{
+    gateway::server_frame::Body,
+    message::{Content, Message, SendRequest, Text, content, send_request},
+    sync::{InboxEntry, sync_event::Kind},
+};
+use imesh_tests::{Device, PATIENCE, Stores, TestCluster};
+
+const RESOURCE_EXHAUSTED: u32 = tonic::Code::ResourceExhausted as u32;
+
+fn text_to(to: i64, client_msg_id: String) -> SendRequest {
+    SendRequest {
+        to: Some(send_request::To::UserId(to)),
+        content: Some(Content {
+            kind: Some(content::Kind::Text(Text {
+                text: client_msg_id.clone(),
+            })),
+        }),
+        client_msg_id,
+        ..SendRequest::default()
+    }
+}
+
+/// The messages from `sender` among `entries`, in the order the entries came.
+fn messages_from(entries: &[InboxEntry], sender: i64) -> Vec<Message> {
+    entries
+        .iter()
+        .filter_map(|e| match e.event.as_ref()?.kind.as_ref()? {
+            Kind::Message(m) if m.sender_id == sender => Some(m.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The seq each acked reply carries, failing on anything but an ack.
+fn acked_seqs(replies: &[Body]) -> Vec<i64> {
+    replies
+        .iter()
+        .map(|reply| match reply {
+            Body::SendAck(ack) => ack.seq,
+            other => panic!("expected a send ack, got {other:?}"),
+        })
+        .collect()
+}
+
+fn increasing(seqs: &[i64]) -> bool {
+    seqs.windows(2).all(|w| w[0] < w[1])
+}
+
+/// Pushes until `count` messages from `sender` have come.
+async fn pushed_messages(device: &mut Device, sender: i64, count: usize) -> Vec<Message> {
+    let mut entries = device.take_pushes();
+    while messages_from(&entries, sender).len() < count {
+        entries.push(device.next_push().await);
+    }
+    messages_from(&entries, sender)
+}
+
+#[tokio::test]
+async fn pipelined_sends_keep_each_devices_order_in_every_conversation() {
+    for stores in Stores::available() {
+        let env = TestCluster::start_with(stores, |spec| {
+            spec.rate_limits.user_per_sec = 0;
+            spec.gateway.frames_per_sec = 0;
+        })
+        .await;
+        let (ann, ann_token) = env.admin_user("ann").await;
+        let (bob, bob_token) = env.admin_user("bob").await;
+        let (cat, cat_token) = env.admin_user("cat").await;
+        let mut a = env.tcp_device().await;
+        a.auth(&ann_token, "ann-1").await.expect("ann signs in");
+        let mut b = env.signed_in(&bob_token, "bob-1").await;
+        let mut c = env.signed_in(&cat_token, "cat-1").await;
+
+        // Ann pipelines 48 sends, 8 in flight, alternating between Bob and Cat, while Bob
+        // pipelines 24 of his own to Ann in the same conversation.
+        let to_both: Vec<SendRequest> = (0..48)
+            .map(|k| text_to(if k % 2 == 0 { bob } else { cat }, format!("a{k:02}")))
+            .collect();
+        let to_ann: Vec<SendRequest> = (0..24).map(|k| text_to(ann, format!("b{k:02}"))).collect();
+        let (from_ann, from_bob) = tokio::join!(a.pipeline(to_both, 8), b.pipeline(to_ann, 8));
+        let ann_seqs = acked_seqs(&from_ann);
+        let to_bob: Vec<i64> = ann_seqs.iter().step_by(2).copied().collect();
+        let to_cat: Vec<i64> = ann_seqs.iter().skip(1).step_by(2).copied().collect();
+        assert!(increasing(&to_bob), "{stores:?}: ann → bob seqs {to_bob:?}");
+        assert!(increasing(&to_cat), "{stores:?}: ann → cat seqs {to_cat:?}");
+        let bob_seqs = acked_seqs(&from_bob);
+        assert!(
+            increasing(&bob_seqs),
+            "{stores:?}: bob → ann seqs {bob_seqs:?}"
+        );
+
+        // Live: Bob's device is pushed Ann's messages in the order she sent them.
+        let live = pushed_messages(&mut b, ann, 24).await;
+        let texts: Vec<String> = live.iter().map(|m| m.client_msg_id.clone()).collect();
+        let sent: Vec<String> = (0..48).step_by(2).map(|k| format!("a{k:02}")).collect();
+        assert_eq!(texts, sent, "{stores:?}: pushed to bob");
+        // Stored: Cat's inbox holds them in order too, and so do Ann's own pushes of Bob's.
+        let stored = c.pull_at_least(0, 24).await;
+        let texts: Vec<String> = messages_from(&stored.entries, ann)
+            .iter()
+            .map(|m| m.client_msg_id.clone())
+            .collect();
+        let sent: Vec<String> = (1..48).step_by(2).map(|k| format!("a{k:02}")).collect();
+        assert_eq!(texts, sent, "{stores:?}: cat's inbox");
+        let live = pushed_messages(&mut a, bob, 24).await;
+        let seqs: Vec<i64> = live.iter().map(|m| m.seq).collect();
+        assert_eq!(seqs, bob_seqs, "{stores:?}: bob's messages pushed to ann");
+    }
+}
+
+/// What a flooding sender's replies came to.
+#[derive(Default, Debug)]
+struct Flood {
+    /// client_msg_id → seq of each acked send.
+    acked: HashMap<String, i64>,
+    refused: usize,
+}
+
+/// Writes `count` sends to `to` at once, without waiting, then reads every reply.
+async fn flood(device: &mut Device, to: i64, prefix: &str, count: usize) -> Flood {
+    let sends: Vec<SendRequest> = (0..count)
+        .map(|k| text_to(to, format!("{prefix}-{k:03}")))
+        .collect();
+    let keys: Vec<String> = sends.iter().map(|s| s.client_msg_id.clone()).collect();
+    let replies = device.pipeline(sends, count).await;
+    let mut outcome = Flood::default();
+    let mut last_seq = 0;
+    for (key, reply) in keys.into_iter().zip(replies) {
+        match reply {
+            Body::SendAck(ack) => {
+                assert!(ack.seq > last_seq, "{key}: acked out of order");
+                last_seq = ack.seq;
+                outcome.acked.insert(key, ack.seq);
+            }
+            Body::Error(e) => {
+                assert_eq!(e.code, RESOURCE_EXHAUSTED, "{key}: {e:?}");
+                assert!(
+                    e.retry_after_ms >= 1,
+                    "{key}: a refusal names a wait: {e:?}"
+                );
+                assert!(e.message.starts_with("send: "), "{key}: {e:?}");
+                assert!(!e.fatal, "{key}: a refusal keeps the connection: {e:?}");
+                outcome.refused += 1;
+            }
+            other => panic!("{key}: neither an ack nor a refusal: {other:?}"),
+        }
+    }
+    outcome
+}
+
+#[tokio::test]
+async fn a_flood_past_capacity_gets_acks_and_refusals_and_every_ack_arrives_once_in_order() {
+    let stores = Stores::available();
+    let stores = stores.iter().filter(|s| **s != Stores::MySqlRedis);
+    for &stores in stores {
+        let env = TestCluster::start_with(stores, |spec| {
+            spec.rate_limits.user_per_sec = 0;
+            spec.gateway.frames_per_sec = 0;
+            spec.gateway.send_lanes = 1;
+            spec.gateway.send_backlog = 16;
+            spec.gateway.sends_in_flight = 40;
+        })
+        .await;
+        let mut pairs = Vec::new();
+        for i in 0..8 {
+            let (from, from_token) = env.admin_user(&format!("from{i}")).await;
+            let (to, to_token) = env.admin_user(&format!("to{i}")).await;
+            let mut sender = env.tcp_device().await;
+            sender
+                .auth(&from_token, "tcp")
+                .await
+                .expect("sender signs in");
+            let receiver = env.signed_in(&to_token, "ws").await;
+            pairs.push((from, to, sender, receiver));
+        }
+        // Every sender writes 60 sends at once: 480 against a backlog of 16 and 40 in
+        // flight per connection.
+        let floods = futures::future::join_all(
+            pairs
+                .iter_mut()
+                .map(|(_, to, sender, _)| flood(sender, *to, "f", 60)),
+        )
+        .await;
+        let refused: usize = floods.iter().map(|f| f.refused).sum();
+        let acked: usize = floods.iter().map(|f| f.acked.len()).sum();
+        assert!(refused > 0, "{stores:?}: the flood met no bound");
+        assert!(acked > 0, "{stores:?}: nothing was taken");
+
+        for ((from, _, _, receiver), flood) in pairs.iter_mut().zip(&floods) {
+            let inbox = receiver.pull_at_least(0, flood.acked.len()).await;
+            let arrived = messages_from(&inbox.entries, *from);
+            let got: HashMap<String, i64> = arrived
+                .iter()
+                .map(|m| (m.client_msg_id.clone(), m.seq))
+                .collect();
+            assert_eq!(got.len(), arrived.len(), "{stores:?}: a message came twice");
+            assert_eq!(
+                &got, &flood.acked,
+                "{stores:?}: exactly the acked sends arrive"
+            );
+            let seqs: Vec<i64> = arrived.iter().map(|m| m.seq).collect();
+            assert!(increasing(&seqs), "{stores:?}: in order: {seqs:?}");
+        }
+
+        // Right after the flood a normal send goes through.
+        let (from, to, sender, receiver) = &mut pairs[0];
+        let reply = tokio::time::timeout(PATIENCE, sender.send(text_to(*to, "after".into())))
+            .await
+            .expect("a reply in time");
+        assert!(matches!(reply, Body::SendAck(_)), "{stores:?}: {reply:?}");
+        let after = pushed_messages(receiver, *from, floods[0].acked.len() + 1).await;
+        assert_eq!(
+            after.last().map(|m| m.client_msg_id.as_str()),
+            Some("after")
+        );
+    }
+}
