@@ -14,7 +14,7 @@ use prometheus_client::{
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use sea_orm_migration::{prelude::*, schema::*};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use tokio::sync::Notify;
 
 use crate::error::StoreError;
@@ -109,6 +109,43 @@ pub struct Relay {
     wake: Arc<Notify>,
     batch: u64,
     metrics: RelayMetrics,
+    backlog: Backlog,
+}
+
+/// How far behind a relay is: since when it has had rows waiting that it has not caught
+/// up with. Writers read it to refuse new work before the backlog grows without bound.
+#[derive(Clone, Default)]
+pub struct Backlog {
+    /// Unix ms since the relay has been behind; 0 while it is caught up.
+    behind_since_ms: Arc<AtomicI64>,
+}
+
+impl Backlog {
+    /// How long the relay has been behind (zero while it keeps up).
+    pub fn behind(&self) -> Duration {
+        match self.behind_since_ms.load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            since => Duration::from_millis(Ord::max(crate::ids::unix_ms() - since, 0) as u64),
+        }
+    }
+
+    /// Marks the relay behind since `unix_ms`, unless it already was.
+    pub fn behind_since(&self, unix_ms: i64) {
+        let _ = self.behind_since_ms.compare_exchange(
+            0,
+            Ord::max(unix_ms, 1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    fn falling_behind(&self) {
+        self.behind_since(crate::ids::unix_ms());
+    }
+
+    fn caught_up(&self) {
+        self.behind_since_ms.store(0, Ordering::Relaxed);
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -159,7 +196,13 @@ impl Relay {
             wake: Arc::new(Notify::new()),
             batch,
             metrics: RelayMetrics::default(),
+            backlog: Backlog::default(),
         }
+    }
+
+    /// How far behind this relay is, for writers that bound their backlog.
+    pub fn backlog(&self) -> Backlog {
+        self.backlog.clone()
     }
 
     /// Reports into `metrics` (see [`RelayMetrics::register`]).
@@ -206,6 +249,7 @@ impl Relay {
                     Duration::ZERO
                 }
                 Err(e) => {
+                    self.backlog.falling_behind();
                     self.metrics.failures.get_or_create(&table).inc();
                     self.metrics
                         .lag
@@ -224,7 +268,12 @@ impl Relay {
         loop {
             let rows = self.outbox.pending(self.batch).await?;
             if rows.is_empty() {
+                self.backlog.caught_up();
                 return Ok(());
+            }
+            if rows.len() as u64 == self.batch {
+                // A full batch: more may wait behind it.
+                self.backlog.falling_behind();
             }
             self.sink.deliver(&rows).await?;
             let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
@@ -234,6 +283,7 @@ impl Relay {
                 .get_or_create(table)
                 .inc_by(ids.len() as u64);
             if (rows.len() as u64) < self.batch {
+                self.backlog.caught_up();
                 return Ok(());
             }
         }

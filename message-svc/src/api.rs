@@ -261,6 +261,12 @@ fn status(err: Error) -> Status {
                 .insert("retry-after-ms", limited.retry_after_ms.into());
             refused
         }
+        Error::Overloaded(behind) => {
+            let mut refused = Status::resource_exhausted(err.to_string());
+            let wait = (behind.as_millis() as u64 / 2).clamp(50, 1_000);
+            refused.metadata_mut().insert("retry-after-ms", wait.into());
+            refused
+        }
         Error::GroupRefused(why, ref message) => match why {
             GroupRefusal::NotFound => Status::not_found(message.clone()),
             GroupRefusal::Forbidden => Status::permission_denied(message.clone()),

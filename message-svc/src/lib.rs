@@ -60,6 +60,9 @@ pub struct Config {
     /// Largest group whose messages may ask for read receipts (larger ones show read
     /// watermarks only).
     pub receipt_max_members: u32,
+    /// Sends are refused with RESOURCE_EXHAUSTED while the outbox relay has been behind
+    /// for longer than this: past capacity, delivery latency stays bounded.
+    pub max_relay_lag_ms: u64,
 }
 
 /// Sends allowed per second on each replica; 0 turns a limit off.
@@ -96,6 +99,7 @@ impl Default for Config {
             rate_limits: RateLimitConfig::default(),
             write_fanout_max_members: 2000,
             receipt_max_members: 2000,
+            max_relay_lag_ms: 2_000,
         }
     }
 }
@@ -158,11 +162,13 @@ impl Service {
                     recall: events::encode_recall,
                 },
                 relay: relay.waker(),
+                backlog: relay.backlog(),
                 limits: domain::Limits {
                     max_content_bytes: config.max_content_bytes,
                     direct_policy: config.direct_policy,
                     recall_window_ms: config.recall_window_secs as i64 * 1000,
                     receipt_max_members: config.receipt_max_members,
+                    max_relay_lag: std::time::Duration::from_millis(config.max_relay_lag_ms),
                 },
                 rates: domain::RateLimits::new(
                     config.rate_limits.user_per_sec,

@@ -32,8 +32,8 @@ fn assert_exact(report: &Report) {
         report.table()
     );
     assert_eq!(
-        (report.lost, report.duplicated),
-        (0, 0),
+        (report.lost, report.duplicated, report.reordered),
+        (0, 0, 0),
         "{}",
         report.table()
     );
@@ -66,6 +66,7 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
         pairs: 3,
         messages: 5,
         rate: 0,
+        window: 1,
     };
     let report = imesh::bench::run(spec(&env, ws(&env), direct()), false)
         .await
@@ -75,11 +76,23 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     assert!(report.latency.count > 0 && report.latency.p99_us >= report.latency.p50_us);
     assert_eq!(report.transport, "WebSocket");
     let tcp = format!("tcp://{}", env.cluster.addrs.gateway_tcp);
-    let report = imesh::bench::run(spec(&env, tcp, direct()), false)
+    let report = imesh::bench::run(spec(&env, tcp.clone(), direct()), false)
         .await
         .unwrap();
     assert_exact(&report);
     assert_eq!(report.transport, "TCP");
+    // Pipelined: 4 sends in flight per sender, still each once and in order.
+    let pipelined = Scenario::Direct {
+        pairs: 3,
+        messages: 12,
+        rate: 0,
+        window: 4,
+    };
+    let report = imesh::bench::run(spec(&env, tcp, pipelined), false)
+        .await
+        .unwrap();
+    assert_exact(&report);
+    assert_eq!(report.sends, 72);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,6 +175,7 @@ async fn senders_wait_out_rate_limits_and_lose_nothing() {
         pairs: 1,
         messages: 25,
         rate: 0,
+        window: 1,
     };
     let report = imesh::bench::run(spec(&env, ws(&env), direct), false)
         .await

@@ -71,11 +71,21 @@ async fn rows_committed_with_a_transaction_are_relayed_in_order_despite_failures
             got: Mutex::new(Vec::new()),
         });
         let relay = Relay::new(outbox.clone(), sink.clone(), 3);
+        let backlog = relay.backlog();
+        assert_eq!(backlog.behind(), Duration::ZERO);
         relay.waker().notify_one();
         let stop = Arc::new(Notify::new());
         let stopper = stop.clone();
         let task = tokio::spawn(relay.run(async move { stopper.notified().await }));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        // A failing sink marks the relay behind (until it drains).
+        while backlog.behind_since_ms.load(Ordering::Relaxed) == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never behind on {backend:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         while !outbox.pending(1).await.unwrap().is_empty() {
             assert!(
                 tokio::time::Instant::now() < deadline,
@@ -85,6 +95,7 @@ async fn rows_committed_with_a_transaction_are_relayed_in_order_despite_failures
         }
         stop.notify_one();
         task.await.unwrap();
+        assert_eq!(backlog.behind(), Duration::ZERO, "caught up on {backend:?}");
         assert_eq!(
             *sink.got.lock(),
             (1..=7).collect::<Vec<_>>(),

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use imesh_kit::{error::StoreError, ids::Snowflake, seq::SeqAllocator};
+use imesh_kit::{error::StoreError, ids::Snowflake, outbox::Backlog, seq::SeqAllocator};
 use tokio::sync::Notify;
 
 use crate::store::MessageStore;
@@ -50,6 +50,9 @@ pub enum Error {
     Refused(&'static str),
     #[error("relation-svc or group-svc could not be asked")]
     Directory(#[source] anyhow::Error),
+    /// Delivery is too far behind to take more now.
+    #[error("send: delivery is {} ms behind; retry after the wait", .0.as_millis())]
+    Overloaded(std::time::Duration),
 }
 
 pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
@@ -191,6 +194,8 @@ pub struct Limits {
     pub recall_window_ms: i64,
     /// Largest group whose messages may ask for read receipts.
     pub receipt_max_members: u32,
+    /// Sends are refused while the outbox relay has been behind for longer than this.
+    pub max_relay_lag: std::time::Duration,
 }
 
 pub struct Messages {
@@ -200,6 +205,7 @@ pub struct Messages {
     ids: Arc<Snowflake>,
     encode: Encoders,
     relay: Arc<Notify>,
+    backlog: Backlog,
     limits: Limits,
     rates: RateLimits,
 }
@@ -211,6 +217,8 @@ pub struct Parts {
     pub encode: Encoders,
     /// Woken after each stored event so the outbox relay runs at once.
     pub relay: Arc<Notify>,
+    /// How far behind the outbox relay is.
+    pub backlog: Backlog,
     pub limits: Limits,
     pub rates: RateLimits,
 }
@@ -222,6 +230,7 @@ impl Messages {
             ids,
             encode,
             relay,
+            backlog,
             limits,
             rates,
         } = parts;
@@ -232,6 +241,7 @@ impl Messages {
             ids,
             encode,
             relay,
+            backlog,
             limits,
             rates,
         }

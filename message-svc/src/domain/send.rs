@@ -95,6 +95,10 @@ impl Messages {
                 format!("must hold 1–{MAX_SEND_BATCH} sends"),
             ));
         }
+        let behind = self.backlog.behind();
+        if behind > self.limits.max_relay_lag {
+            return Err(Error::Overloaded(behind));
+        }
         let mut steps: Vec<Step> = sends
             .into_iter()
             .map(|(sender, command)| match self.check(sender, command) {

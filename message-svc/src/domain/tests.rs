@@ -7,7 +7,7 @@ mod receipts;
 use std::sync::Arc;
 
 use imesh_kit::{
-    outbox::SqlOutbox,
+    outbox::{Backlog, SqlOutbox},
     seq::{MemoryCounters, SqlCeilings},
     testing,
 };
@@ -130,6 +130,15 @@ async fn messages_with(direct_policy: DirectPolicy) -> (Messages, SqlOutbox) {
 }
 
 async fn build(direct_policy: DirectPolicy, rates: RateLimits) -> (Messages, SqlOutbox) {
+    build_behind(direct_policy, rates, Backlog::default()).await
+}
+
+/// [`build`] with the outbox relay's backlog given.
+async fn build_behind(
+    direct_policy: DirectPolicy,
+    rates: RateLimits,
+    backlog: Backlog,
+) -> (Messages, SqlOutbox) {
     let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
     let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
         .await
@@ -153,11 +162,13 @@ async fn build(direct_policy: DirectPolicy, rates: RateLimits) -> (Messages, Sql
                 recall: crate::events::encode_recall,
             },
             relay: Arc::new(Notify::new()),
+            backlog,
             limits: Limits {
                 max_content_bytes: 300,
                 direct_policy,
                 recall_window_ms: 60_000,
                 receipt_max_members: 3,
+                max_relay_lag: std::time::Duration::from_millis(100),
             },
             rates,
         },
@@ -185,6 +196,66 @@ async fn sends_get_increasing_seqs_in_one_direct_conversation_from_both_sides() 
     assert_eq!((a.seq, b.seq), (1, 2));
     assert!(!a.duplicate && !b.duplicate);
     assert_eq!(outbox.pending(10).await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_batch_gets_seqs_in_its_order_and_answers_each_send_on_its_own() {
+    let (messages, outbox) = messages().await;
+    let batch = vec![
+        (u(1), text("b1", 2, "one")),
+        (u(2), text("b2", 1, "from the peer")),
+        (u(1), text("", 2, "no key")),
+        (u(1), text("b3", 2, "two")),
+        (u(1), text("b4", 3, "blocked")),
+        (u(1), text("b1", 2, "a retry in the same batch")),
+    ];
+    let outcomes = messages.send_batch(batch).await.unwrap();
+    let sent = |i: usize| outcomes[i].as_ref().unwrap();
+    assert_eq!((sent(0).seq, sent(1).seq, sent(3).seq), (1, 2, 3));
+    assert!(matches!(
+        outcomes[2],
+        Err(Error::Invalid {
+            field: "client_msg_id",
+            ..
+        })
+    ));
+    assert!(matches!(outcomes[4], Err(Error::Refused(_))));
+    assert!(
+        sent(5).duplicate && sent(5).msg_id == sent(0).msg_id,
+        "{:?}",
+        sent(5)
+    );
+    let ids: Vec<i64> = [0, 1, 3].iter().map(|i| sent(*i).msg_id).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "msg ids in batch order"
+    );
+    let pending: Vec<i64> = outbox
+        .pending(10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(pending, ids, "one outbox event per stored send, in order");
+    let empty = messages.send_batch(Vec::new()).await.unwrap_err();
+    assert!(matches!(empty, Error::Invalid { field: "sends", .. }));
+}
+
+#[tokio::test]
+async fn sends_are_refused_while_delivery_is_too_far_behind() {
+    let backlog = Backlog::default();
+    let (messages, outbox) = build_behind(
+        DirectPolicy::Anyone,
+        RateLimits::unlimited(),
+        backlog.clone(),
+    )
+    .await;
+    messages.send(u(1), text("c1", 2, "hi")).await.unwrap();
+    backlog.behind_since(imesh_kit::ids::unix_ms() - 5_000);
+    let refused = messages.send(u(1), text("c2", 2, "hi")).await.unwrap_err();
+    assert!(matches!(refused, Error::Overloaded(_)), "{refused:?}");
+    assert_eq!(outbox.pending(10).await.unwrap().len(), 1, "nothing stored");
 }
 
 #[tokio::test]
