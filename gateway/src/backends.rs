@@ -1,4 +1,5 @@
-//! The services a gateway calls on a user's behalf.
+//! The services a gateway calls on a user's behalf: one-off calls, and the batched sends and
+//! coalesced acks.
 
 use imesh_kit::{
     grpc,
@@ -17,20 +18,25 @@ use imesh_protos::{
     },
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
     sync::{
-        AckRequest, ConversationSettings, ConversationsRequest, ConversationsResponse,
-        MarkReadRequest, MarkReadResponse, PullRequest, PullResponse, PushSettings,
-        ReceiptCountsRequest, ReceiptCountsResponse, ReceiptReadersRequest, ReceiptReadersResponse,
+        ConversationSettings, ConversationsRequest, ConversationsResponse, MarkReadRequest,
+        MarkReadResponse, PullRequest, PullResponse, PushSettings, ReceiptCountsRequest,
+        ReceiptCountsResponse, ReceiptReadersRequest, ReceiptReadersResponse,
         UpdateConversationRequest, sync_service_client::SyncServiceClient,
     },
 };
 use tonic::{Status, transport::Channel};
 
-#[derive(Clone)]
+use crate::{acks::Acks, sends::Sends};
+
 pub struct Backends {
     pub(crate) caller: Caller,
+    /// Sends, batched in order (see [`crate::sends`]).
+    pub(crate) sends: Sends,
+    /// Device acks, coalesced (see [`crate::acks`]).
+    pub(crate) acks: Acks,
     pub(crate) relation: RelationServiceClient<Channel>,
     pub(crate) group: GroupServiceClient<Channel>,
-    pub(crate) message: MessageServiceClient<Channel>,
+    message: MessageServiceClient<Channel>,
     sync: SyncServiceClient<Channel>,
     notify: NotifyServiceClient<Channel>,
 }
@@ -39,13 +45,18 @@ pub struct Backends {
 const MAX_GROUP_PAGES: usize = 50;
 
 impl Backends {
+    /// Connects lazily and starts the send lanes and the ack writer on the current runtime.
     pub fn new(caller: Caller, config: &crate::Config) -> anyhow::Result<Self> {
+        let message = MessageServiceClient::new(grpc::channel(&config.message_addr)?);
+        let sync = SyncServiceClient::new(grpc::channel(&config.sync_addr)?);
         Ok(Self {
+            sends: Sends::spawn(message.clone(), caller.clone(), config.send_limits()),
+            acks: Acks::spawn(sync.clone(), caller.clone()),
             caller,
             relation: RelationServiceClient::new(grpc::channel(&config.relation_addr)?),
             group: GroupServiceClient::new(grpc::channel(&config.group_addr)?),
-            message: MessageServiceClient::new(grpc::channel(&config.message_addr)?),
-            sync: SyncServiceClient::new(grpc::channel(&config.sync_addr)?),
+            message,
+            sync,
             notify: NotifyServiceClient::new(grpc::channel(&config.notify_addr)?),
         })
     }
@@ -225,18 +236,6 @@ impl Backends {
     ) -> Result<TypingResponse, Status> {
         let request = self.caller.request(Actor::User(user), request);
         Ok(self.notify.clone().typing(request).await?.into_inner())
-    }
-
-    pub async fn ack(&self, user: i64, device_id: String, sync_seq: i64) -> Result<(), Status> {
-        let request = self.caller.request(
-            Actor::User(user),
-            AckRequest {
-                device_id,
-                sync_seq,
-            },
-        );
-        self.sync.clone().ack(request).await?;
-        Ok(())
     }
 
     /// Registers (`fresh`: a new connection) or refreshes a device's presence.

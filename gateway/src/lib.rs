@@ -12,12 +12,14 @@
 //!   client's ack, resent once, then given up.
 //! - [`sends`]: client sends, batched in order on their way to message-svc, with their
 //!   admission bounds.
+//! - [`acks`]: device acks, coalesced per device on their way to sync-svc.
 //! - [`backends`]: clients of the services a device's requests go to.
 //! - [`calls`]: friend and group operations forwarded as the connected user.
 //! - [`Service`]: builds all of it from [`Config`] and serves both listeners.
 
 #![forbid(unsafe_code)]
 
+pub mod acks;
 pub mod backends;
 pub mod calls;
 pub mod connections;
@@ -152,7 +154,6 @@ pub struct Gateway {
     pub config: Config,
     pub tokens: Tokens,
     pub backends: Arc<backends::Backends>,
-    pub sends: Arc<sends::Sends>,
     pub connections: Arc<connections::Connections>,
     /// This gateway's gRPC address as notify-svc should dial it.
     pub advertise: String,
@@ -188,13 +189,9 @@ impl Service {
             addr => addr.to_owned(),
         };
         let caller = Caller::new(&self.auth.internal_secret)?;
-        let backends = backends::Backends::new(caller.clone(), &self.config)?;
-        let sends =
-            sends::Sends::spawn(backends.message.clone(), caller, self.config.send_limits());
         let gateway = Arc::new(Gateway {
             tokens: Tokens::new(&self.auth.jwt_secret, Duration::from_secs(1))?,
-            backends: Arc::new(backends),
-            sends: Arc::new(sends),
+            backends: Arc::new(backends::Backends::new(caller, &self.config)?),
             connections: Arc::new(connections::Connections::default()),
             advertise,
             draining: CancellationToken::new(),
@@ -207,7 +204,7 @@ impl Service {
         );
         let mut registry = imesh_kit::metrics::registry("gateway");
         gateway.connections.register(&mut registry);
-        gateway.sends.register(&mut registry);
+        gateway.backends.sends.register(&mut registry);
         let grpc_server = grpc::Server::new(&self.config.grpc)
             .add_service(push)
             .metrics(registry)

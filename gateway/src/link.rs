@@ -155,7 +155,6 @@ async fn run<R>(
         device,
         super_groups: Arc::new(parking_lot::Mutex::new(super_groups.clone())),
         backends: gateway.backends.clone(),
-        sends: gateway.sends.clone(),
         outlet: crate::sends::Outlet::new(tx.clone(), close.clone()),
     };
     let auth_ok = Body::AuthOk(pb::AuthOk {
@@ -264,23 +263,32 @@ async fn read_frames<R>(
             say(tx, throttled);
             continue;
         }
-        if let Some(pb::client_frame::Body::Ack(pb::Ack { sync_seq })) = &frame.body {
-            let _ = tx.try_send(Out::Acked(*sync_seq));
-        }
         if refreshed.elapsed() >= refresh_every {
             refreshed = Instant::now();
             let (backends, device) = (session.backends.clone(), session.device.clone());
             let groups = session.super_groups().to_vec();
             tokio::spawn(async move { backends.online(device, groups, false).await });
         }
+        let span = crate::session::request_span(&frame, session.user());
         // Sends are queued here, in the order read, never on a task of their own: that is
-        // what keeps a device's messages in order however many are in flight.
+        // what keeps a device's messages in order however many are in flight. Acks take
+        // no task either: the push window and the coalesced cursor take them at once.
         let frame = match frame {
             pb::ClientFrame {
                 request_id,
                 body: Some(pb::client_frame::Body::Send(request)),
             } => {
-                if let Some(refusal) = session.send(request_id, request) {
+                if let Some(refusal) = session.send(request_id, request, span) {
+                    say(tx, refusal);
+                }
+                continue;
+            }
+            pb::ClientFrame {
+                request_id,
+                body: Some(pb::client_frame::Body::Ack(ack)),
+            } => {
+                let _ = tx.try_send(Out::Acked(ack.sync_seq));
+                if let Some(refusal) = session.ack(request_id, ack) {
                     say(tx, refusal);
                 }
                 continue;
@@ -290,7 +298,6 @@ async fn read_frames<R>(
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
-        let span = crate::session::request_span(&frame, session.user());
         let (session, tx) = (session.clone(), tx.clone());
         tokio::spawn(
             async move {

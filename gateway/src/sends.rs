@@ -31,6 +31,7 @@ use imesh_protos::{
 use prometheus_client::{metrics::counter::Counter, registry::Registry};
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status, transport::Channel};
+use tracing::Instrument as _;
 
 use crate::{frames, window::Out};
 
@@ -76,6 +77,8 @@ struct Queued {
     request_id: u64,
     request: SendRequest,
     outlet: Arc<Outlet>,
+    /// The client request's span (none unless traces are exported).
+    span: tracing::Span,
 }
 
 struct Lane {
@@ -140,10 +143,9 @@ impl Sends {
     /// to write now when a bound refuses it.
     pub fn offer(
         &self,
-        sender: i64,
-        request_id: u64,
-        request: SendRequest,
+        (sender, request_id, request): (i64, u64, SendRequest),
         outlet: &Arc<Outlet>,
+        span: tracing::Span,
     ) -> Option<Bytes> {
         let lane = &self.lanes[sender.unsigned_abs() as usize % self.lanes.len()];
         let max = self.limits.in_flight;
@@ -159,6 +161,7 @@ impl Sends {
             request_id,
             request,
             outlet: outlet.clone(),
+            span,
         };
         match lane.queue.try_send(queued) {
             Ok(()) => None,
@@ -210,8 +213,10 @@ impl LaneTask {
         }
     }
 
-    /// Sends one batch and hands each connection its answer.
+    /// Sends one batch and hands each connection its answer. The call continues the trace
+    /// of the batch's first send.
     async fn carry(&self, batch: Vec<Queued>) {
+        let span = batch[0].span.clone();
         let mut answers = Vec::with_capacity(batch.len());
         let sends = batch
             .into_iter()
@@ -223,13 +228,19 @@ impl LaneTask {
                 }
             })
             .collect();
-        let mut request = self
-            .caller
-            .request(Actor::System, SendBatchRequest { sends });
+        let mut request = span.in_scope(|| {
+            self.caller
+                .request(Actor::System, SendBatchRequest { sends })
+        });
         request.set_timeout(self.timeout);
         let started = Instant::now();
         self.batches.inc();
-        let reply = self.client.clone().send_batch(request).await;
+        let reply = self
+            .client
+            .clone()
+            .send_batch(request)
+            .instrument(span)
+            .await;
         let took = started.elapsed().as_micros() as u64;
         self.round_trip_us.store(took, Ordering::Relaxed);
         match reply {

@@ -9,11 +9,7 @@ use imesh_protos::{
 use prost::Message as _;
 use tonic::Code;
 
-use crate::{
-    backends::Backends,
-    frames,
-    sends::{Outlet, Sends},
-};
+use crate::{backends::Backends, frames, sends::Outlet};
 
 /// Checks a connection's first frame: it MUST be `auth` with a valid token and device id.
 /// On failure, returns the fatal error frame to send before closing (echoing the frame's
@@ -62,7 +58,6 @@ pub struct Session {
     /// user's memberships change).
     pub super_groups: std::sync::Arc<parking_lot::Mutex<std::sync::Arc<[i64]>>>,
     pub backends: std::sync::Arc<Backends>,
-    pub sends: std::sync::Arc<Sends>,
     /// Where the answers of this connection's sends go.
     pub outlet: std::sync::Arc<Outlet>,
 }
@@ -124,9 +119,22 @@ impl Session {
         &self,
         request_id: u64,
         request: imesh_protos::message::SendRequest,
+        span: tracing::Span,
     ) -> Option<Bytes> {
-        self.sends
-            .offer(self.user(), request_id, request, &self.outlet)
+        let sends = &self.backends.sends;
+        sends.offer((self.user(), request_id, request), &self.outlet, span)
+    }
+
+    /// Records a cumulative ack (coalesced on its way to sync-svc); an error frame for a
+    /// bad one.
+    pub fn ack(&self, request_id: u64, pb::Ack { sync_seq }: pb::Ack) -> Option<Bytes> {
+        if sync_seq < 0 {
+            let why = "ack.sync_seq: must not be negative";
+            return Some(frames::error(request_id, Code::InvalidArgument, why, false));
+        }
+        let acks = &self.backends.acks;
+        acks.ack(self.user(), &self.device.device_id, sync_seq);
+        None
     }
 
     /// Handles one decoded client frame; returns the reply to write, if it has one.
@@ -151,7 +159,7 @@ impl Session {
                 ));
             }
             Some(In::Ping(_)) => Ok(Body::Pong(pb::Pong {})),
-            Some(In::Send(request)) => return self.send(id, request),
+            Some(In::Send(request)) => return self.send(id, request, tracing::Span::current()),
             Some(In::Pull(request)) => self
                 .backends
                 .pull(self.user(), request)
@@ -213,16 +221,7 @@ impl Session {
                 .update_push_settings(self.user(), request)
                 .await
                 .map(Body::PushSettings),
-            Some(In::Ack(pb::Ack { sync_seq })) => {
-                return match self
-                    .backends
-                    .ack(self.user(), self.device.device_id.clone(), sync_seq)
-                    .await
-                {
-                    Ok(()) => None,
-                    Err(status) => Some(frames::status(id, &status)),
-                };
-            }
+            Some(In::Ack(ack)) => return self.ack(id, ack),
         };
         Some(match reply {
             Ok(body) => frames::encode(id, body),

@@ -82,6 +82,21 @@ impl SyncService for SyncApi {
         }))
     }
 
+    async fn ack_batch(
+        &self,
+        request: Request<pb::AckBatchRequest>,
+    ) -> Result<Response<pb::AckBatchResponse>, Status> {
+        identity::actor(&request)?.require_system()?;
+        let acks = request
+            .into_inner()
+            .acks
+            .into_iter()
+            .map(|a| (a.user_id, a.device_id, a.sync_seq))
+            .collect();
+        self.inboxes.ack_many(acks).await.map_err(status)?;
+        Ok(Response::new(pb::AckBatchResponse {}))
+    }
+
     async fn mark_read(
         &self,
         request: Request<pb::MarkReadRequest>,

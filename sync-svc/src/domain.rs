@@ -328,7 +328,29 @@ impl Inboxes {
         }
         Ok(self.store.ack(user, device, sync_seq).await?)
     }
+
+    /// [`Self::ack`] for many devices of many users at once (a gateway's coalesced acks).
+    pub async fn ack_many(&self, acks: Vec<(i64, String, i64)>) -> Result<(), Error> {
+        if acks.is_empty() || acks.len() > MAX_ACKS {
+            return Err(invalid("acks", format!("must hold 1–{MAX_ACKS} acks")));
+        }
+        for (user, device, sync_seq) in &acks {
+            if *user <= 0 {
+                return Err(invalid("acks.user_id", "must be a user id"));
+            }
+            if device.is_empty() || device.len() > 64 {
+                return Err(invalid("acks.device_id", "must be 1–64 characters"));
+            }
+            if *sync_seq < 0 {
+                return Err(invalid("acks.sync_seq", "must not be negative"));
+            }
+        }
+        Ok(self.store.ack_many(&acks).await?)
+    }
 }
+
+/// Most acks one [`Inboxes::ack_many`] call takes.
+pub const MAX_ACKS: usize = 1000;
 
 #[cfg(test)]
 mod tests;

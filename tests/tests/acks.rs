@@ -92,3 +92,60 @@ async fn a_full_window_of_unacked_pushes_closes_the_connection() {
         )
     );
 }
+
+/// The cursor sync-svc holds for `user`'s `device` (an ack of 0 moves nothing back).
+async fn stored_cursor(env: &TestCluster, user: i64, device: &str) -> i64 {
+    use imesh_kit::identity::Actor;
+    use imesh_protos::sync::{AckRequest, sync_service_client::SyncServiceClient};
+    let ask = AckRequest {
+        device_id: device.into(),
+        sync_seq: 0,
+    };
+    SyncServiceClient::new(env.channel(env.cluster.addrs.sync))
+        .ack(env.caller.request(Actor::User(user), ask))
+        .await
+        .expect("ack answered")
+        .into_inner()
+        .acked_sync_seq
+}
+
+#[tokio::test]
+async fn acks_reach_sync_svc_coalesced_and_a_bad_one_is_refused_by_field() {
+    let env = TestCluster::start(Stores::Embedded).await;
+    let (ann, _) = env.user("ann").await;
+    let (ben, ben_token) = env.user("ben").await;
+    let mut phone = env.signed_in(&ben_token, "phone").await;
+    for k in 0..3 {
+        sent(&env, ann, ben, &format!("m{k}")).await;
+    }
+    let mut last = 0;
+    for _ in 0..3 {
+        last = phone.next_push().await.sync_seq;
+        phone.ack(last).await;
+    }
+    imesh_tests::eventually(
+        "the acked cursor in sync-svc",
+        imesh_tests::PATIENCE,
+        || async { (stored_cursor(&env, ben, "phone").await == last).then_some(()) },
+    )
+    .await;
+    let id = phone
+        .send_frame(imesh_protos::gateway::client_frame::Body::Ack(
+            imesh_protos::gateway::Ack { sync_seq: -1 },
+        ))
+        .await;
+    match phone.reply(id).await {
+        Body::Error(e) => {
+            assert_eq!(
+                (e.code, e.field.as_str()),
+                (Code::InvalidArgument as u32, "ack.sync_seq")
+            );
+            assert!(!e.fatal, "{e:?}");
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    assert!(
+        matches!(phone.ping().await, Body::Pong(_)),
+        "the connection goes on"
+    );
+}

@@ -206,4 +206,20 @@ async fn bad_input_names_the_field() {
     assert_eq!(field(inboxes.pull(1, -1, 0).await), "after_sync_seq");
     assert_eq!(field(inboxes.pull(1, 0, 501).await), "limit");
     assert_eq!(field(inboxes.ack(1, "", 1).await), "device_id");
+    let ack = |user, device: &str, seq| vec![(user, device.to_owned(), seq)];
+    assert_eq!(field(inboxes.ack_many(Vec::new()).await), "acks");
+    assert_eq!(
+        field(inboxes.ack_many(ack(0, "d", 1)).await),
+        "acks.user_id"
+    );
+    assert_eq!(
+        field(inboxes.ack_many(ack(1, "", 1)).await),
+        "acks.device_id"
+    );
+    assert_eq!(
+        field(inboxes.ack_many(ack(1, "d", -1)).await),
+        "acks.sync_seq"
+    );
+    let many: Vec<_> = (1..=1001).map(|u| (u, "d".to_owned(), 1)).collect();
+    assert_eq!(field(inboxes.ack_many(many).await), "acks");
 }

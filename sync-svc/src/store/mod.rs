@@ -40,6 +40,9 @@ pub trait InboxStore: Send + Sync + 'static {
     async fn purge_before(&self, event_id: i64) -> Result<u64, StoreError>;
     /// Raises the device's cursor to at least `sync_seq` and returns the stored value.
     async fn ack(&self, user: i64, device: &str, sync_seq: i64) -> Result<i64, StoreError>;
+    /// Raises each `(user, device)` cursor to at least its seq, in one statement per chunk;
+    /// a device named twice keeps the higher seq.
+    async fn ack_many(&self, acks: &[(i64, String, i64)]) -> Result<(), StoreError>;
     /// `(conversation, read_seq, latest_seq)` of each of `conversations` `user` has a read
     /// state in.
     async fn read_states(

@@ -186,6 +186,32 @@ impl InboxStore for SqlInboxStore {
         Ok(row.try_get("", "acked_seq")?)
     }
 
+    async fn ack_many(&self, acks: &[(i64, String, i64)]) -> Result<(), StoreError> {
+        // One row per device: an upsert may touch a row once.
+        let mut highest: std::collections::BTreeMap<(i64, &str), i64> = Default::default();
+        for (user, device, seq) in acks {
+            let cursor = highest.entry((*user, device.as_str())).or_default();
+            *cursor = Ord::max(*cursor, *seq);
+        }
+        let rows: Vec<Vec<sea_orm::Value>> = highest
+            .into_iter()
+            .map(|((user, device), seq)| vec![user.into(), device.into(), seq.into()])
+            .collect();
+        let backend = self.db.get_database_backend();
+        for chunk in rows.chunks(CHUNK / 3) {
+            let raise = imesh_kit::sql::upsert_max(
+                backend,
+                "device_cursors",
+                &["user_id", "device_id", "acked_seq"],
+                &["user_id", "device_id"],
+                &["acked_seq"],
+                chunk.to_vec(),
+            );
+            self.db.execute_raw(raise).await?;
+        }
+        Ok(())
+    }
+
     async fn read_states(
         &self,
         user: i64,

@@ -123,6 +123,17 @@ async fn device_cursors_never_move_back() {
         assert_eq!(store.ack(7, "phone", 3).await.unwrap(), 5, "{backend:?}");
         assert_eq!(store.ack(7, "laptop", 1).await.unwrap(), 1, "{backend:?}");
         assert_eq!(store.ack(7, "phone", 9).await.unwrap(), 9, "{backend:?}");
+        // Many devices at once: each only ever raised, a device named twice keeps the higher.
+        let acks = vec![
+            (7, "phone".to_owned(), 4),
+            (7, "laptop".to_owned(), 6),
+            (8, "phone".to_owned(), 2),
+            (8, "phone".to_owned(), 3),
+        ];
+        store.ack_many(&acks).await.unwrap();
+        assert_eq!(store.ack(7, "phone", 0).await.unwrap(), 9, "{backend:?}");
+        assert_eq!(store.ack(7, "laptop", 0).await.unwrap(), 6, "{backend:?}");
+        assert_eq!(store.ack(8, "phone", 0).await.unwrap(), 3, "{backend:?}");
     }
 }
 
