@@ -30,8 +30,8 @@ pub struct Acks {
 }
 
 impl Acks {
-    /// Starts the writer on the current runtime; it stops when `self` is dropped, after a
-    /// last write.
+    /// Starts the writer on the current runtime; it stops within [`FLUSH_EVERY`] of `self`
+    /// being dropped (acks still waiting then are left for the devices' next acks).
     pub fn spawn(client: SyncServiceClient<Channel>, caller: Caller) -> Self {
         let waiting = Arc::new(Waiting::default());
         tokio::spawn(write_acks(Arc::downgrade(&waiting), client, caller));

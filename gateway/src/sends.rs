@@ -48,8 +48,8 @@ pub struct Limits {
 
 /// Where a connection's answers go, and how many of its sends are unanswered.
 pub struct Outlet {
-    pub frames: flume::Sender<Out>,
-    pub close: CancellationToken,
+    frames: flume::Sender<Out>,
+    close: CancellationToken,
     in_flight: AtomicUsize,
 }
 

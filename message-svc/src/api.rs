@@ -186,12 +186,8 @@ fn send_outcome(outcome: Result<Sent, Error>) -> pb::SendOutcome {
             ..Default::default()
         },
         Err(err) => {
+            let retry_after_ms = retry_after_ms(&err).unwrap_or(0);
             let refused = status(err);
-            let retry_after_ms = refused
-                .metadata()
-                .get("retry-after-ms")
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(0);
             pb::SendOutcome {
                 sent: None,
                 code: refused.code() as i32,
@@ -243,6 +239,16 @@ fn sent_to_proto(sent: Sent) -> pb::SendResponse {
     }
 }
 
+/// How long a refused send should wait before its retry (the `retry-after-ms` trailer, and
+/// a batch item's `retry_after_ms`).
+fn retry_after_ms(err: &Error) -> Option<u64> {
+    match err {
+        Error::RateLimited(limited) => Some(limited.retry_after_ms),
+        Error::Overloaded(behind) => Some((behind.as_millis() as u64 / 2).clamp(50, 1_000)),
+        _ => None,
+    }
+}
+
 /// The one place message-svc errors become gRPC statuses.
 fn status(err: Error) -> Status {
     match err {
@@ -254,16 +260,9 @@ fn status(err: Error) -> Status {
         }
         Error::NoMessage => Status::not_found(err.to_string()),
         Error::Refused(_) | Error::NoticeForbidden => Status::permission_denied(err.to_string()),
-        Error::RateLimited(ref limited) => {
+        Error::RateLimited(_) | Error::Overloaded(_) => {
+            let wait = retry_after_ms(&err).unwrap_or(0);
             let mut refused = Status::resource_exhausted(err.to_string());
-            refused
-                .metadata_mut()
-                .insert("retry-after-ms", limited.retry_after_ms.into());
-            refused
-        }
-        Error::Overloaded(behind) => {
-            let mut refused = Status::resource_exhausted(err.to_string());
-            let wait = (behind.as_millis() as u64 / 2).clamp(50, 1_000);
             refused.metadata_mut().insert("retry-after-ms", wait.into());
             refused
         }

@@ -18,6 +18,9 @@ use crate::domain::{
     Audience, Directory, GateAnswer, Gated, GroupGate, GroupRefusal, PeerRelation, Sender,
 };
 
+/// Most pairs relation-svc's `CheckPairs` takes in one call.
+const MAX_PAIRS_PER_CHECK: usize = 500;
+
 /// [`Directory`] backed by relation-svc's cached `CheckPairs`.
 pub struct RelationDirectory {
     client: RelationServiceClient<Channel>,
@@ -36,9 +39,8 @@ impl RelationDirectory {
 #[async_trait::async_trait]
 impl Directory for RelationDirectory {
     async fn relations(&self, pairs: &[(i64, i64)]) -> anyhow::Result<Vec<PeerRelation>> {
-        // relation-svc takes at most 500 pairs a call.
         let mut found = Vec::with_capacity(pairs.len());
-        for chunk in pairs.chunks(500) {
+        for chunk in pairs.chunks(MAX_PAIRS_PER_CHECK) {
             let ask = CheckPairsRequest {
                 pairs: chunk
                     .iter()

@@ -61,7 +61,7 @@ struct Checked {
 }
 
 /// A message the gate let through, waiting for its msg_id and seq.
-pub(super) struct Draft {
+struct Draft {
     message: Message,
     audience: Audience,
 }
@@ -84,7 +84,8 @@ impl Messages {
     /// Many senders' messages at once (a gateway's batch). Each is checked, answered from an
     /// earlier send, or refused on its own; the rest get msg ids and seqs in the batch's
     /// order and are stored together. Outcomes come in the batch's order; `Err` only when
-    /// the batch itself is bad or a store failed (then nothing new is stored).
+    /// the batch itself is bad, delivery is too far behind, or a store failed before
+    /// anything was written.
     pub async fn send_batch(
         &self,
         sends: Vec<(Sender, SendCommand)>,
@@ -413,11 +414,14 @@ impl Messages {
         for ((message, _), result) in appends.iter().zip(written) {
             outcomes.push(match result {
                 Ok(()) => Ok(Sent::of(message)),
-                // A concurrent retry of the same send won the race: answer with its result.
+                // A concurrent retry of the same send won the race: answer with its result
+                // (a failed lookup fails this send only: the others are stored).
                 Err(StoreError::Conflict(_)) => self
                     .earlier(message.sender_id, &message.client_msg_id)
-                    .await?
-                    .ok_or_else(|| StoreError::Conflict("message".into()).into()),
+                    .await
+                    .and_then(|found| {
+                        found.ok_or_else(|| StoreError::Conflict("message".into()).into())
+                    }),
                 Err(e) => Err(e.into()),
             });
         }

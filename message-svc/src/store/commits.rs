@@ -6,8 +6,8 @@
 //!
 //! One writer commits in queue order, on every backend: appends become visible to the
 //! outbox relay in the order they were queued, which is what keeps one device's messages
-//! in order on their way out. (A transaction of up to 256 rows takes a few milliseconds,
-//! so one writer carries tens of thousands of messages a second.)
+//! in order on their way out. Throughput comes from the batch size (up to 256 rows a
+//! transaction), not from concurrent writers.
 
 use imesh_kit::{error::StoreError, outbox::OutboxRow};
 use sea_orm::DatabaseConnection;
