@@ -222,3 +222,114 @@ async fn a_flood_past_capacity_gets_acks_and_refusals_and_every_ack_arrives_once
         );
     }
 }
+
+#[tokio::test]
+async fn a_connection_past_its_sends_in_flight_is_refused_by_name_and_keeps_going() {
+    let env = TestCluster::start_with(Stores::Embedded, |spec| {
+        spec.rate_limits.user_per_sec = 0;
+        spec.gateway.frames_per_sec = 0;
+        spec.gateway.sends_in_flight = 2;
+    })
+    .await;
+    let (_, ann_token) = env.admin_user("ann").await;
+    let (bob, _) = env.admin_user("bob").await;
+    let mut a = env.tcp_device().await;
+    a.auth(&ann_token, "ann-1").await.expect("ann signs in");
+    let outcome = flood(&mut a, bob, "w", 30).await;
+    assert!(outcome.refused > 0, "{outcome:?}");
+    let refusals: Vec<_> = a.take_unsolicited();
+    assert!(
+        refusals.is_empty(),
+        "refusals answer their request: {refusals:?}"
+    );
+    let reply = a.send(text_to(bob, "after".into())).await;
+    assert!(matches!(reply, Body::SendAck(_)), "{reply:?}");
+}
+
+#[tokio::test]
+async fn the_batch_rpcs_are_internal_and_name_the_bad_field() {
+    use imesh_kit::identity::Actor;
+    use imesh_protos::{
+        message::{BatchedSend, SendBatchRequest, message_service_client::MessageServiceClient},
+        sync::{AckBatchRequest, DeviceAck, sync_service_client::SyncServiceClient},
+    };
+    use tonic::Code;
+    let env = TestCluster::start(Stores::Embedded).await;
+    let (ann, _) = env.admin_user("ann").await;
+    let (bob, _) = env.admin_user("bob").await;
+    let mut messages = MessageServiceClient::new(env.channel(env.cluster.addrs.message));
+    let batch = |sender_id, send: Option<SendRequest>| SendBatchRequest {
+        sends: vec![BatchedSend { sender_id, send }],
+    };
+    let as_user = env
+        .caller
+        .request(Actor::User(ann), batch(ann, Some(text_to(bob, "u".into()))));
+    let refused = messages.send_batch(as_user).await.unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    for (request, field) in [
+        (batch(0, Some(text_to(bob, "z".into()))), "sends.sender_id"),
+        (batch(ann, None), "sends.send"),
+        (SendBatchRequest { sends: Vec::new() }, "sends"),
+    ] {
+        let refused = messages
+            .send_batch(env.caller.request(Actor::System, request))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+        assert!(
+            refused.message().starts_with(&format!("{field}: ")),
+            "{field}: {refused:?}"
+        );
+    }
+    // One bad item is answered on its own; the good one beside it is stored.
+    let mixed = SendBatchRequest {
+        sends: vec![
+            BatchedSend {
+                sender_id: ann,
+                send: Some(text_to(bob, String::new())),
+            },
+            BatchedSend {
+                sender_id: ann,
+                send: Some(text_to(bob, "good".into())),
+            },
+        ],
+    };
+    let outcomes = messages
+        .send_batch(env.caller.request(Actor::System, mixed))
+        .await
+        .unwrap()
+        .into_inner()
+        .outcomes;
+    assert_eq!(
+        outcomes[0].code,
+        Code::InvalidArgument as i32,
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes[0].error.starts_with("client_msg_id: "),
+        "{outcomes:?}"
+    );
+    assert!(outcomes[1].sent.is_some(), "{outcomes:?}");
+
+    let mut sync = SyncServiceClient::new(env.channel(env.cluster.addrs.sync));
+    let acks = || AckBatchRequest {
+        acks: vec![DeviceAck {
+            user_id: ann,
+            device_id: "phone".into(),
+            sync_seq: -1,
+        }],
+    };
+    let refused = sync
+        .ack_batch(env.caller.request(Actor::User(ann), acks()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    let refused = sync
+        .ack_batch(env.caller.request(Actor::System, acks()))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.message().starts_with("acks.sync_seq: "),
+        "{refused:?}"
+    );
+}
