@@ -23,7 +23,11 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
         .max_connections(config.max_connections)
         .connect_timeout(Duration::from_secs(5))
         .acquire_timeout(Duration::from_secs(5))
-        .sqlx_logging(false)
+        // Every statement with its time at debug (`RUST_LOG=sqlx::query=debug`); any over
+        // a second as a warning.
+        .sqlx_logging(true)
+        .sqlx_logging_level(log::LevelFilter::Debug)
+        .sqlx_slow_statements_logging_settings(log::LevelFilter::Warn, Duration::from_secs(1))
         .map_sqlx_sqlite_opts(|o| {
             use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
             // A 64 MiB page cache (SQLite's default is 2 MiB): the hot index pages of

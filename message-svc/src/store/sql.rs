@@ -6,7 +6,7 @@ use imesh_kit::{
     outbox::{self, OutboxRow},
 };
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
     QueryOrder, QuerySelect, TransactionTrait,
 };
 use sea_orm_migration::{prelude::*, schema::*};
@@ -224,31 +224,44 @@ impl MessageStore for SqlMessageStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let senders: std::collections::BTreeSet<i64> = keys.iter().map(|k| k.0).collect();
-        let ids: std::collections::BTreeSet<&str> = keys.iter().map(|k| k.1).collect();
-        // Both lists select a superset of the keys through the (sender, client_msg_id)
-        // index; the exact pairs are picked out below.
-        let found = messages::Entity::find()
-            .filter(messages::Column::SenderId.is_in(senders))
-            .filter(messages::Column::ClientMsgId.is_in(ids))
+        // One index probe per pair: a list of senders beside a list of client ids would
+        // also match every other pair of the two lists (a cross product, when clients
+        // number their messages).
+        let pairs = keys.iter().fold(Condition::any(), |any, (sender, client_msg_id)| {
+            any.add(
+                Condition::all()
+                    .add(messages::Column::SenderId.eq(*sender))
+                    .add(messages::Column::ClientMsgId.eq(*client_msg_id)),
+            )
+        });
+        let found: Vec<(i64, String, i64, String, i64, i64)> = messages::Entity::find()
+            .select_only()
+            .columns([
+                messages::Column::SenderId,
+                messages::Column::ClientMsgId,
+                messages::Column::MsgId,
+                messages::Column::ConversationId,
+                messages::Column::Seq,
+                messages::Column::ServerTimeMs,
+            ])
+            .filter(pairs)
+            .into_tuple()
             .all(&self.db)
             .await?;
-        let mut by_key: std::collections::HashMap<(i64, &str), &messages::Model> = found
+        let mut by_key: std::collections::HashMap<(i64, &str), Sent> = found
             .iter()
-            .map(|m| ((m.sender_id, m.client_msg_id.as_str()), m))
-            .collect();
-        Ok(keys
-            .iter()
-            .map(|key| {
-                by_key.remove(key).map(|m| Sent {
-                    msg_id: m.msg_id,
-                    conversation_id: m.conversation_id.clone(),
-                    seq: m.seq,
-                    server_time_ms: m.server_time_ms,
+            .map(|(sender, client_msg_id, msg_id, conversation_id, seq, at)| {
+                let sent = Sent {
+                    msg_id: *msg_id,
+                    conversation_id: conversation_id.clone(),
+                    seq: *seq,
+                    server_time_ms: *at,
                     duplicate: false,
-                })
+                };
+                ((*sender, client_msg_id.as_str()), sent)
             })
-            .collect())
+            .collect();
+        Ok(keys.iter().map(|key| by_key.remove(key)).collect())
     }
 
     async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> Vec<Result<(), StoreError>> {

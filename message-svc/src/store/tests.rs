@@ -77,6 +77,34 @@ async fn append_stores_message_raises_max_seq_and_queues_the_event() {
 }
 
 #[tokio::test]
+async fn find_sent_many_answers_each_exact_pair_in_order() {
+    for (backend, store, _) in stores().await {
+        let from = |msg_id, seq, sender_id, client_msg_id: &str| Message {
+            sender_id,
+            ..message(msg_id, seq, client_msg_id)
+        };
+        store.append(&from(10, 1, 1, "a"), event(10)).await.unwrap();
+        store.append(&from(11, 2, 2, "b"), event(11)).await.unwrap();
+        let found = store
+            .find_sent_many(&[(2, "b"), (1, "b"), (2, "a"), (1, "a"), (3, "a")])
+            .await
+            .unwrap();
+        let ids: Vec<Option<i64>> = found.iter().map(|s| s.as_ref().map(|s| s.msg_id)).collect();
+        assert_eq!(
+            ids,
+            vec![Some(11), None, None, Some(10), None],
+            "{backend:?}: only the stored pairs, never a sender with another's client id"
+        );
+        let sent = found[0].as_ref().unwrap();
+        assert_eq!(
+            (sent.conversation_id.as_str(), sent.seq, sent.server_time_ms),
+            ("d:1:2", 2, 1_700_000_000_002),
+            "{backend:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_repeated_client_msg_id_or_seq_is_a_conflict_and_stores_nothing() {
     for (backend, store, outbox) in stores().await {
         store.append(&message(10, 1, "a"), event(10)).await.unwrap();
