@@ -104,6 +104,13 @@ fn text(run: &Run) -> Option<Content> {
     })
 }
 
+/// When sender `sender` of `senders` first sends: each a fraction of the interval after
+/// the one before, so the offered load is even over time, not a burst of every sender at
+/// each tick.
+fn phase(every: Duration, sender: usize, senders: usize) -> Duration {
+    every.mul_f64(sender as f64 / senders as f64)
+}
+
 /// Sends one message, waiting out rate limits and riding through reconnects (a retry
 /// reuses the `client_msg_id`, so nothing is stored twice). Returns the message's seq and
 /// whether its first try was acked.
@@ -152,9 +159,10 @@ async fn send_all(
     plans: &[Plan],
     sends: &Sends,
 ) -> anyhow::Result<Vec<Vec<(i64, Instant)>>> {
+    let start = tokio::time::Instant::now();
     try_join_all(plans.iter().enumerate().map(|(p, plan)| async move {
         let ticks = plan.interval.map(|every| {
-            let mut ticks = tokio::time::interval(every);
+            let mut ticks = tokio::time::interval_at(start + phase(every, p, plans.len()), every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticks
         });
@@ -580,5 +588,19 @@ async fn count_receipts(
                 counted.full.entry(count.seq).or_insert_with(Instant::now);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paced_senders_start_evenly_spread_over_one_interval() {
+        let every = Duration::from_millis(100);
+        let phases: Vec<u128> = (0..4).map(|p| phase(every, p, 4).as_millis()).collect();
+        assert_eq!(phases, vec![0, 25, 50, 75]);
+        assert_eq!(interval(2_000, 500), Some(Duration::from_millis(250)));
+        assert_eq!(interval(0, 500), None, "0: as fast as replies come");
     }
 }
