@@ -8,11 +8,11 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::sync::{AckBatchRequest, DeviceAck, sync_service_client::SyncServiceClient};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
-use tonic::transport::Channel;
 
 /// How often waiting acks are written.
 const FLUSH_EVERY: Duration = Duration::from_millis(250);

@@ -1,6 +1,7 @@
 //! The services a gateway calls on a user's behalf: one-off calls, and the batched sends and
 //! coalesced acks.
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::{
     grpc,
     identity::{Actor, Caller},
@@ -24,7 +25,7 @@ use imesh_protos::{
         UpdateConversationRequest, sync_service_client::SyncServiceClient,
     },
 };
-use tonic::{Status, transport::Channel};
+use tonic::Status;
 
 use crate::{acks::Acks, sends::Sends};
 

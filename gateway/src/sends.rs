@@ -20,6 +20,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     gateway::server_frame::Body,
@@ -30,7 +31,7 @@ use imesh_protos::{
 };
 use prometheus_client::{metrics::counter::Counter, registry::Registry};
 use tokio_util::sync::CancellationToken;
-use tonic::{Code, Status, transport::Channel};
+use tonic::{Code, Status};
 use tracing::Instrument as _;
 
 use crate::{frames, window::Out};

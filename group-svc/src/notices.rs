@@ -4,6 +4,7 @@
 //! change and the call loses nothing; message-svc keys each notice on the group's version,
 //! so the relay's retries store it once.
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::{
     identity::{Actor, Caller},
     outbox::{OutboxRow, Sink, SyncSink},
@@ -16,7 +17,6 @@ use imesh_protos::{
     sync::{Fanout, sync_event::Kind},
 };
 use prost::Message as _;
-use tonic::transport::Channel;
 
 /// The relay's sink: sync-svc first, then the timeline notice of each change that has one.
 pub struct TimelineSink {

@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     message::{ConversationSeqRequest, message_service_client::MessageServiceClient},
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
 };
-use tonic::transport::Channel;
 
 use crate::domain::groups::{Nicknames, SeqSource};
 

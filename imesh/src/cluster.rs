@@ -1,5 +1,7 @@
-//! Every imesh service in one process, talking to each other over real gRPC on loopback:
-//! the same libraries the per-service binaries mount, wired by address.
+//! Every imesh service in one process: the same libraries the per-service binaries mount,
+//! wired by address. Their calls to each other stay in the process (`imesh_kit::grpc`
+//! finds a server of this process by its listen address); the listeners still serve
+//! outside callers.
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},

@@ -16,12 +16,15 @@ use tonic::{
     body::Body,
     server::NamedService,
     service::{Routes, RoutesBuilder},
-    transport::{Channel, Endpoint, server::TcpIncoming},
+    transport::{Endpoint, server::TcpIncoming},
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 use tower::Service;
 
 use crate::config::GrpcConfig;
+
+mod local;
+pub use local::Channel;
 
 /// Answers whether the service's stores are reachable right now.
 pub type Readiness = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
@@ -120,15 +123,28 @@ impl Server {
             "/metrics",
             axum::routing::get(move || async move { scrape.render() }),
         );
+        let limit = tower::limit::GlobalConcurrencyLimitLayer::new(self.config.concurrency_limit);
+        // Callers in this process skip the socket; they share the concurrency limit.
+        let in_process = local::Registration::new(
+            listener.local_addr()?,
+            local::server(
+                service,
+                tower::ServiceBuilder::new()
+                    .layer(limit.clone())
+                    .layer(crate::metrics::MetricsLayer(metrics.clone()))
+                    .service(router.clone()),
+                self.config.timeout(),
+            ),
+        );
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tonic::transport::Server::builder()
             .accept_http1(true)
             .timeout(self.config.timeout())
             .tcp_nodelay(true)
-            .trace_fn(move |request| crate::telemetry::request_span(service, request))
-            .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
-                self.config.concurrency_limit,
-            ))
+            .trace_fn(move |request| {
+                crate::telemetry::request_span(service, request.uri(), request.headers())
+            })
+            .layer(limit)
             .layer(crate::metrics::MetricsLayer(metrics))
             .add_routes(Routes::from(router))
             // The builder's tcp_nodelay only reaches listeners tonic binds itself: without
@@ -148,6 +164,7 @@ impl Server {
             task.abort();
         }
         set_all(&health, &self.names, ServingStatus::NotServing).await;
+        drop(in_process);
         let _ = stop_tx.send(());
         match tokio::time::timeout(self.config.grace(), server).await {
             Ok(result) => Ok(result?),
@@ -187,7 +204,8 @@ async fn watch_readiness(probe: Readiness, health: HealthReporter, names: Vec<&'
 /// How often a balanced channel looks its host name up again.
 const RESOLVE_EVERY: Duration = Duration::from_secs(10);
 
-/// A lazily connecting channel to another service at `host:port` (or an `http://` URI).
+/// A lazily connecting channel to another service at `host:port` (or an `http://` URI);
+/// calls to a server of this process skip the network (see [`local`]).
 ///
 /// An IP address gets one connection. A host name is resolved now and every
 /// [`RESOLVE_EVERY`], with one connection per address and calls balanced over them: behind
@@ -203,12 +221,13 @@ pub fn channel(addr: &str) -> anyhow::Result<Channel> {
         .parse()
         .map_err(|_| anyhow::anyhow!("{addr:?}: the port is not a number"))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.parse::<std::net::IpAddr>().is_ok() {
-        return Ok(endpoint(&format!("http://{authority}"))?.connect_lazy());
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        let remote = endpoint(&format!("http://{authority}"))?.connect_lazy();
+        return Ok(Channel::new(remote, Some(SocketAddr::new(ip, port))));
     }
-    let (channel, changes) = Channel::balance_channel(16);
+    let (remote, changes) = tonic::transport::Channel::balance_channel(16);
     tokio::spawn(follow_addresses(format!("{host}:{port}"), changes));
-    Ok(channel)
+    Ok(Channel::new(remote, None))
 }
 
 fn endpoint(uri: &str) -> anyhow::Result<Endpoint> {
@@ -307,6 +326,42 @@ mod tests {
             .await
             .unwrap();
         server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_server_of_this_process_is_called_without_the_network_while_it_serves() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let server = tokio::spawn(
+            Server::new(&GrpcConfig::on(addr)).serve(listener, stop.clone().cancelled_owned()),
+        );
+        // Its TCP route leads nowhere: only the in-process route can answer.
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let nowhere = endpoint(&format!("http://{closed}"))
+            .unwrap()
+            .connect_lazy();
+        let through_process = Channel::new(nowhere.clone(), Some(addr));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !local::serves(addr) {
+            assert!(tokio::time::Instant::now() < deadline, "never registered");
+            tokio::task::yield_now().await;
+        }
+        check(through_process.clone()).await.unwrap();
+        stop.cancel();
+        server.await.unwrap().unwrap();
+        let gone = check(through_process).await.unwrap_err();
+        assert_eq!(
+            gone.code(),
+            tonic::Code::Unavailable,
+            "a stopped server is no longer reachable in-process: {gone:?}"
+        );
+        let e = check(Channel::new(nowhere, None)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
     }
 
     #[tokio::test]

@@ -141,9 +141,13 @@ pub fn inject_context(metadata: &mut tonic::metadata::MetadataMap) {
 
 /// The span of one incoming gRPC request to `service`, named after its method and parented
 /// to the caller's trace when it sent one.
-pub fn request_span(service: &'static str, request: &http::Request<()>) -> tracing::Span {
+pub fn request_span(
+    service: &'static str,
+    uri: &http::Uri,
+    headers: &http::HeaderMap,
+) -> tracing::Span {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let path = request.uri().path();
+    let path = uri.path();
     // Without an exporter the span only gives log lines context: at debug level, so the
     // default filter spares every request its bookkeeping.
     macro_rules! request_span {
@@ -163,9 +167,9 @@ pub fn request_span(service: &'static str, request: &http::Request<()>) -> traci
     } else {
         request_span!(tracing::Level::DEBUG)
     };
-    if request.headers().contains_key("traceparent") {
+    if headers.contains_key("traceparent") {
         let parent = opentelemetry::global::get_text_map_propagator(|p| {
-            p.extract(&HeaderExtractor(request.headers()))
+            p.extract(&HeaderExtractor(headers))
         });
         let _ = span.set_parent(parent);
     }

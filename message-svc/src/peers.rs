@@ -1,5 +1,6 @@
 //! Clients of the services message-svc asks before storing a message.
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     group::{
@@ -12,7 +13,7 @@ use imesh_protos::{
         relation_service_client::RelationServiceClient,
     },
 };
-use tonic::{Code, transport::Channel};
+use tonic::Code;
 
 use crate::domain::{
     Audience, Directory, GateAnswer, Gated, GroupGate, GroupRefusal, PeerRelation, Sender,

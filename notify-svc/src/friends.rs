@@ -1,10 +1,10 @@
 //! [`Friends`] over gRPC: relation-svc's `ListFriends`, asked as the user.
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::relation::{
     FriendStatus, ListFriendsRequest, relation_service_client::RelationServiceClient,
 };
-use tonic::transport::Channel;
 
 use crate::watch::Friends;
 

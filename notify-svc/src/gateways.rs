@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     gateway::{self as pb, gateway_service_client::GatewayServiceClient},
@@ -10,7 +11,6 @@ use imesh_protos::{
     sync::RawEntry,
 };
 use parking_lot::Mutex;
-use tonic::transport::Channel;
 
 use crate::router::{ConnectionPush, Gateways};
 

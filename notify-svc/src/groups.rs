@@ -1,8 +1,9 @@
 //! [`GroupMembers`] over gRPC: group-svc's `MemberIds`.
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::group::{MemberIdsRequest, group_service_client::GroupServiceClient};
-use tonic::{Code, transport::Channel};
+use tonic::Code;
 
 use crate::typing::{GroupMembers, Members};
 

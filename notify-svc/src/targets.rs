@@ -1,8 +1,8 @@
 //! [`Targets`] over gRPC: sync-svc's `OfflineTargets` decides which offline users are pushed.
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::sync::{self as pb, sync_service_client::SyncServiceClient};
-use tonic::transport::Channel;
 
 use crate::offline::{Decision, Preview, Targets};
 

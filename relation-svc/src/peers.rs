@@ -1,8 +1,8 @@
 //! The notify-svc client that closes a disabled user's sessions.
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::notify::{DisconnectRequest, notify_service_client::NotifyServiceClient};
-use tonic::transport::Channel;
 
 use crate::domain::Sessions;
 

@@ -3,6 +3,7 @@
 //! the row's id, so later changes win) written with the profile update, and a relay of its
 //! own hands them to group-svc's `RenameMembers`.
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::{
     identity::{Actor, Caller},
     outbox::{OutboxRow, Sink},
@@ -11,7 +12,6 @@ use imesh_protos::group::{
     MemberName, RenameMembersRequest, group_service_client::GroupServiceClient,
 };
 use prost::Message as _;
-use tonic::transport::Channel;
 
 /// The outbox table of nickname changes.
 pub const OUTBOX_TABLE: &str = "relation_rename_outbox";

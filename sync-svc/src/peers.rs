@@ -8,6 +8,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     group::{
@@ -20,7 +21,6 @@ use imesh_protos::{
     },
     sync::RawEntry,
 };
-use tonic::transport::Channel;
 
 use crate::domain::{Entry, MapMember, MemberMap, Memberships, Notifier};
 

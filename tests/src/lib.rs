@@ -14,6 +14,7 @@ use std::time::Duration;
 
 pub use device::Device;
 use imesh::cluster::{Cluster, ClusterSpec, Ports};
+use imesh_kit::grpc::Channel;
 use imesh_kit::{
     config::{AuthConfig, RedisConfig, Secret},
     identity::{Actor, Caller},
@@ -30,7 +31,6 @@ use imesh_protos::{
         relation_service_client::RelationServiceClient,
     },
 };
-use tonic::transport::Channel;
 
 /// Which real stores a cluster runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -120,18 +120,18 @@ impl Senders {
         }
     }
 
-    fn messages(&self) -> MessageServiceClient<tonic::transport::Channel> {
+    fn messages(&self) -> MessageServiceClient<imesh_kit::grpc::Channel> {
         MessageServiceClient::new(channel(self.message_addr))
     }
 }
 
-fn channel(addr: SocketAddr) -> tonic::transport::Channel {
+fn channel(addr: SocketAddr) -> imesh_kit::grpc::Channel {
     imesh_kit::grpc::channel(&addr.to_string()).unwrap()
 }
 
 /// One system notice to `user`; its seq.
 async fn notify(
-    messages: &mut MessageServiceClient<tonic::transport::Channel>,
+    messages: &mut MessageServiceClient<imesh_kit::grpc::Channel>,
     caller: &Caller,
     user: i64,
     key: &str,

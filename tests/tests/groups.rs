@@ -4,6 +4,7 @@
 //! nothing more, and a late joiner's history starts at the seq they joined at. Runs on
 //! every available store set.
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::Actor;
 use imesh_protos::{
     gateway::server_frame::Body,
@@ -16,7 +17,7 @@ use imesh_protos::{
     sync::{InboxEntry, sync_event::Kind},
 };
 use imesh_tests::{Device, Stores, TestCluster};
-use tonic::{Code, transport::Channel};
+use tonic::Code;
 
 fn text_of(entry: &InboxEntry) -> Option<String> {
     match entry.event.clone()?.kind? {

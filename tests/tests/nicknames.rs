@@ -2,6 +2,7 @@
 //! nickname relation-svc has for them, and a nickname change reaches every group the user
 //! belongs to through relation-svc's rename outbox. Runs on every available store set.
 
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::Actor;
 use imesh_protos::{
     group::{
@@ -11,7 +12,6 @@ use imesh_protos::{
     relation::UpdateProfileRequest,
 };
 use imesh_tests::{Stores, TestCluster};
-use tonic::transport::Channel;
 
 async fn search(
     groups: &mut GroupServiceClient<Channel>,

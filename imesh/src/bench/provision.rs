@@ -3,6 +3,7 @@
 //! deployment's internal credential.
 
 use futures::{StreamExt, TryStreamExt};
+use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     group::{
@@ -13,7 +14,6 @@ use imesh_protos::{
         CreateUserRequest, IssueTokenRequest, relation_service_client::RelationServiceClient,
     },
 };
-use tonic::transport::Channel;
 
 /// Admin calls in flight at once.
 const CONCURRENCY: usize = 32;

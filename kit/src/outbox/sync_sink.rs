@@ -2,9 +2,9 @@
 //! `imesh.sync.v1.Fanout`s, appended to their recipients' inboxes by sync-svc's `Append`
 //! (idempotent per event id, as [`Sink`] requires).
 
+use crate::grpc::Channel;
 use imesh_protos::sync::{AppendRequest, Fanout, sync_service_client::SyncServiceClient};
 use prost::Message as _;
-use tonic::transport::Channel;
 
 use super::{OutboxRow, Sink};
 use crate::identity::{Actor, Caller};

@@ -6,8 +6,8 @@ use imesh_kit::{
     outbox::{self, OutboxRow},
 };
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, TransactionTrait,
+    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait,
+    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 use sea_orm_migration::{prelude::*, schema::*};
 
@@ -227,13 +227,15 @@ impl MessageStore for SqlMessageStore {
         // One index probe per pair: a list of senders beside a list of client ids would
         // also match every other pair of the two lists (a cross product, when clients
         // number their messages).
-        let pairs = keys.iter().fold(Condition::any(), |any, (sender, client_msg_id)| {
-            any.add(
-                Condition::all()
-                    .add(messages::Column::SenderId.eq(*sender))
-                    .add(messages::Column::ClientMsgId.eq(*client_msg_id)),
-            )
-        });
+        let pairs = keys
+            .iter()
+            .fold(Condition::any(), |any, (sender, client_msg_id)| {
+                any.add(
+                    Condition::all()
+                        .add(messages::Column::SenderId.eq(*sender))
+                        .add(messages::Column::ClientMsgId.eq(*client_msg_id)),
+                )
+            });
         let found: Vec<(i64, String, i64, String, i64, i64)> = messages::Entity::find()
             .select_only()
             .columns([
@@ -250,16 +252,18 @@ impl MessageStore for SqlMessageStore {
             .await?;
         let mut by_key: std::collections::HashMap<(i64, &str), Sent> = found
             .iter()
-            .map(|(sender, client_msg_id, msg_id, conversation_id, seq, at)| {
-                let sent = Sent {
-                    msg_id: *msg_id,
-                    conversation_id: conversation_id.clone(),
-                    seq: *seq,
-                    server_time_ms: *at,
-                    duplicate: false,
-                };
-                ((*sender, client_msg_id.as_str()), sent)
-            })
+            .map(
+                |(sender, client_msg_id, msg_id, conversation_id, seq, at)| {
+                    let sent = Sent {
+                        msg_id: *msg_id,
+                        conversation_id: conversation_id.clone(),
+                        seq: *seq,
+                        server_time_ms: *at,
+                        duplicate: false,
+                    };
+                    ((*sender, client_msg_id.as_str()), sent)
+                },
+            )
             .collect();
         Ok(keys.iter().map(|key| by_key.remove(key)).collect())
     }
