@@ -141,6 +141,9 @@ impl Server {
             .accept_http1(true)
             .timeout(self.config.timeout())
             .tcp_nodelay(true)
+            .max_concurrent_streams(MAX_STREAMS)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .initial_stream_window_size(STREAM_WINDOW)
             .trace_fn(move |request| {
                 crate::telemetry::request_span(service, request.uri(), request.headers())
             })
@@ -201,6 +204,16 @@ async fn watch_readiness(probe: Readiness, health: HealthReporter, names: Vec<&'
     }
 }
 
+/// Streams one HTTP/2 connection carries at once; a client queues more until one ends.
+const MAX_STREAMS: u32 = 1024;
+/// Flow-control windows of both ends. Besides pacing large bodies (a `SendBatch` of 256
+/// sends), the connection window sets h2's budget for small DATA frames received and not
+/// yet read (half the window): every call waiting for the concurrency limit holds one, and
+/// past the budget h2 closes the whole connection (GoAway ENHANCE_YOUR_CALM,
+/// "too_many_data_frames"). 4 MiB covers [`MAX_STREAMS`] waiting calls many times over.
+const CONNECTION_WINDOW: u32 = 4 << 20;
+const STREAM_WINDOW: u32 = 1 << 20;
+
 /// How often a balanced channel looks its host name up again.
 const RESOLVE_EVERY: Duration = Duration::from_secs(10);
 
@@ -234,6 +247,8 @@ fn endpoint(uri: &str) -> anyhow::Result<Endpoint> {
     Ok(Endpoint::from_shared(uri.to_owned())?
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(3))
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .initial_stream_window_size(STREAM_WINDOW)
         .http2_keep_alive_interval(Duration::from_secs(30)))
 }
 
@@ -362,6 +377,34 @@ mod tests {
         );
         let e = check(Channel::new(nowhere, None)).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_connection_carries_a_burst_of_small_calls_queued_behind_the_limit() {
+        // Each waiting call's small DATA frame sits in h2's buffer until its handler runs;
+        // h2 closes a connection whose buffered small frames pass its budget
+        // (GoAway ENHANCE_YOUR_CALM "too_many_data_frames").
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = GrpcConfig {
+            concurrency_limit: 1,
+            ..GrpcConfig::on(addr)
+        };
+        let server = tokio::spawn(Server::new(&config).serve(listener, std::future::pending()));
+        let one_connection = endpoint(&format!("http://{addr}")).unwrap().connect_lazy();
+        let calls = (0..3_000).map(|_| check(Channel::new(one_connection.clone(), None)));
+        let failed: Vec<_> = futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "{} failed, first {:?}",
+            failed.len(),
+            failed.first()
+        );
+        server.abort();
     }
 
     #[tokio::test]
