@@ -78,6 +78,7 @@ impl SeqAllocator {
     /// gets increasing values in that order.
     pub async fn next_many(&self, keys: &[&str]) -> Result<Vec<i64>, StoreError> {
         let mut values = self.counters.incr_existing(keys).await?;
+        let some_missing = values.iter().any(Option::is_none);
         for (i, key) in keys.iter().enumerate() {
             while values[i].is_none() {
                 let floor = self.ceilings.get(key).await?;
@@ -85,7 +86,10 @@ impl SeqAllocator {
                 values[i] = self.counters.incr_existing(&[key]).await?[0];
             }
         }
-        let values: Vec<i64> = values.into_iter().map(|v| v.unwrap_or_default()).collect();
+        let mut values: Vec<i64> = values.into_iter().map(|v| v.unwrap_or_default()).collect();
+        if some_missing {
+            in_key_order(keys, &mut values);
+        }
         // One ceiling per key, however often it repeats: an upsert may touch a row once.
         let to_raise: Vec<(&str, i64)> = {
             let persisted = self.persisted.lock();
@@ -108,6 +112,24 @@ impl SeqAllocator {
         }
         self.allocated.inc_by(values.len() as u64);
         Ok(values)
+    }
+}
+
+/// Hands each key's values to its places in the order given. The increments of one call
+/// need not be atomic together (Redis pipelines them), so a key missing at its first place
+/// may be created by another caller before its later places are counted: those then hold
+/// lower values than the first one, got on the retry.
+fn in_key_order(keys: &[&str], values: &mut [i64]) {
+    let mut places: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        places.entry(key).or_default().push(i);
+    }
+    for places in places.values().filter(|p| p.len() > 1) {
+        let mut sorted: Vec<i64> = places.iter().map(|&i| values[i]).collect();
+        sorted.sort_unstable();
+        for (&i, value) in places.iter().zip(sorted) {
+            values[i] = value;
+        }
     }
 }
 

@@ -165,3 +165,43 @@ async fn a_key_repeated_in_one_call_gets_increasing_values_in_order() {
         }
     }
 }
+
+/// Counters whose missing key another caller creates between the increments of one call,
+/// as happens between pipelined Redis commands.
+struct CreatedMidCall(MemoryCounters);
+
+#[async_trait]
+impl Counters for CreatedMidCall {
+    async fn incr_existing(&self, keys: &[&str]) -> Result<Vec<Option<i64>>, StoreError> {
+        let mut values = Vec::with_capacity(keys.len());
+        for key in keys {
+            let value = self.0.incr_existing(&[key]).await?[0];
+            if value.is_none() {
+                self.0.init(key, 0).await?;
+            }
+            values.push(value);
+        }
+        Ok(values)
+    }
+
+    async fn init(&self, key: &str, floor: i64) -> Result<(), StoreError> {
+        self.0.init(key, floor).await
+    }
+}
+
+#[tokio::test]
+async fn a_key_created_by_another_caller_mid_call_keeps_its_order_in_the_call() {
+    let ceilings = ceilings(Backend::Sqlite).await;
+    let alloc = SeqAllocator::new(
+        Arc::new(CreatedMidCall(MemoryCounters::default())),
+        ceilings,
+        10,
+    );
+    let key = format!("k{}", testing::random_id());
+    let got = alloc.next_many(&[&key, "other", &key, &key]).await.unwrap();
+    assert_eq!(
+        got,
+        vec![1, 1, 2, 3],
+        "places of one key get its values in order"
+    );
+}
