@@ -122,18 +122,30 @@ impl Client {
 
     /// Sends `body` and waits for its reply (an error frame is a reply too).
     pub async fn request(&self, body: Out) -> anyhow::Result<In> {
+        self.start(body).await?.await
+    }
+
+    /// Writes a request and returns the wait for its reply: requests started one after
+    /// another are written in that order, however their replies are awaited.
+    pub async fn start(
+        &self,
+        body: Out,
+    ) -> anyhow::Result<impl Future<Output = anyhow::Result<In>> + use<>> {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
         self.write(id, body).await?;
-        match tokio::time::timeout(REPLY_TIMEOUT, rx).await {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(_)) => bail!("the connection closed before the reply"),
-            Err(_) => {
-                self.pending.lock().remove(&id);
-                bail!("no reply within {REPLY_TIMEOUT:?}")
+        let pending = self.pending.clone();
+        Ok(async move {
+            match tokio::time::timeout(REPLY_TIMEOUT, rx).await {
+                Ok(Ok(reply)) => Ok(reply),
+                Ok(Err(_)) => bail!("the connection closed before the reply"),
+                Err(_) => {
+                    pending.lock().remove(&id);
+                    bail!("no reply within {REPLY_TIMEOUT:?}")
+                }
             }
-        }
+        })
     }
 
     /// Sends `body` without waiting for anything (acks, pings).

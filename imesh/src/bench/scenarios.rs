@@ -111,43 +111,58 @@ fn phase(every: Duration, sender: usize, senders: usize) -> Duration {
     every.mul_f64(sender as f64 / senders as f64)
 }
 
-/// Sends one message, waiting out rate limits and riding through reconnects (a retry
-/// reuses the `client_msg_id`, so nothing is stored twice). Returns the message's seq and
-/// whether its first try was acked.
-async fn send(
-    run: &Run,
-    plan: &Plan,
+fn send_request(run: &Run, plan: &Plan, client_msg_id: &str) -> Out {
+    Out::Send(SendRequest {
+        client_msg_id: client_msg_id.to_owned(),
+        to: Some(plan.to),
+        content: text(run),
+        receipt: plan.receipt,
+        ..Default::default()
+    })
+}
+
+/// Writes the first try of one message now and returns the wait for its answer, which
+/// waits out rate limits and rides through reconnects (a retry reuses the
+/// `client_msg_id`, so nothing is stored twice) and gives the message's seq and whether
+/// its first try was acked. Sends started one after another are written in that order.
+async fn start_send<'a>(
+    run: &'a Run,
+    plan: &'a Plan,
     client_msg_id: String,
-    sends: &Sends,
-) -> anyhow::Result<(i64, bool)> {
-    let mut first_try = true;
-    loop {
-        let request = Out::Send(SendRequest {
-            client_msg_id: client_msg_id.clone(),
-            to: Some(plan.to),
-            content: text(run),
-            receipt: plan.receipt,
-            ..Default::default()
-        });
-        let client = plan.from.client().await;
-        match client.request(request).await {
-            Ok(In::SendAck(ack)) => {
-                sends.sent.fetch_add(1, Ordering::Relaxed);
-                return Ok((ack.seq, first_try));
+    sends: &'a Sends,
+) -> impl Future<Output = anyhow::Result<(i64, bool)>> + 'a {
+    let mut client = plan.from.client().await;
+    let first = client.start(send_request(run, plan, &client_msg_id)).await;
+    async move {
+        let mut answer = match first {
+            Ok(reply) => reply.await,
+            Err(e) => Err(e),
+        };
+        let mut first_try = true;
+        loop {
+            match answer {
+                Ok(In::SendAck(ack)) => {
+                    sends.sent.fetch_add(1, Ordering::Relaxed);
+                    return Ok((ack.seq, first_try));
+                }
+                Ok(In::Error(e)) if e.code == RESOURCE_EXHAUSTED => {
+                    sends.throttled.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(e.retry_after_ms.max(10))).await;
+                }
+                Ok(In::Error(e)) => anyhow::bail!("send refused: {} ({})", e.message, e.field),
+                Ok(other) => anyhow::bail!("unexpected reply to send: {other:?}"),
+                // The connection went away (a reconnect is under way): try again on the next.
+                Err(_) if run.left() > Duration::ZERO && client.closed.is_cancelled() => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(e),
             }
-            Ok(In::Error(e)) if e.code == RESOURCE_EXHAUSTED => {
-                sends.throttled.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(e.retry_after_ms.max(10))).await;
-            }
-            Ok(In::Error(e)) => anyhow::bail!("send refused: {} ({})", e.message, e.field),
-            Ok(other) => anyhow::bail!("unexpected reply to send: {other:?}"),
-            // The connection went away (a reconnect is under way): try again on the next.
-            Err(_) if run.left() > Duration::ZERO && client.closed.is_cancelled() => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => return Err(e),
+            first_try = false;
+            client = plan.from.client().await;
+            answer = client
+                .request(send_request(run, plan, &client_msg_id))
+                .await;
         }
-        first_try = false;
     }
 }
 
@@ -175,11 +190,16 @@ async fn send_all(
             }
             Some((k, (k + 1, ticks)))
         });
+        // Each first try is written before the next one starts; up to the window of
+        // answers are awaited at once.
         let acked: Vec<(i64, bool, Instant)> = paced
-            .map(|k| async move {
+            .then(|k| async move {
                 let started = Instant::now();
-                let (seq, first_try) =
-                    send(run, plan, format!("{}-{p}-{k}", run.id), sends).await?;
+                let answer = start_send(run, plan, format!("{}-{p}-{k}", run.id), sends).await;
+                (answer, started)
+            })
+            .map(|(answer, started)| async move {
+                let (seq, first_try) = answer.await?;
                 anyhow::Ok((seq, first_try, started))
             })
             .buffered(plan.window)
