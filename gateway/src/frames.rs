@@ -25,12 +25,16 @@ pub fn error(request_id: u64, code: Code, message: impl Into<String>, fatal: boo
 /// A service's answer to a client request, as an error frame (with the wait a rate limit
 /// asked for, from the `retry-after-ms` trailer).
 pub fn status(request_id: u64, status: &Status) -> Bytes {
-    let retry_after_ms = status
+    status_with_wait(request_id, status, retry_after_ms(status))
+}
+
+/// The wait a status names in its `retry-after-ms` metadata, 0 when none.
+pub fn retry_after_ms(status: &Status) -> u64 {
+    status
         .metadata()
         .get("retry-after-ms")
         .and_then(|v| v.to_str().ok()?.parse().ok())
-        .unwrap_or(0);
-    status_with_wait(request_id, status, retry_after_ms)
+        .unwrap_or(0)
 }
 
 /// An error frame for `status` that names how long to wait before retrying.

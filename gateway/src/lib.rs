@@ -24,6 +24,7 @@ pub mod backends;
 pub mod calls;
 pub mod connections;
 pub mod frames;
+pub mod holds;
 pub mod link;
 pub mod sends;
 pub mod session;
@@ -90,6 +91,11 @@ pub struct Config {
     pub send_backlog: usize,
     /// How long one batch may take before its sends are answered UNAVAILABLE.
     pub send_timeout_ms: u64,
+    /// A send refused with a retryable status holds its conversation on its connection:
+    /// later sends to it are refused until the refused ones come again, in the order first
+    /// sent. The hold ends this long after the wait the refusal named, or after the last
+    /// resend, for clients that never resend.
+    pub send_hold_ms: u64,
 }
 
 impl Default for Config {
@@ -117,6 +123,7 @@ impl Default for Config {
             send_batch_max: 256,
             send_backlog: 1024,
             send_timeout_ms: 5_000,
+            send_hold_ms: 1_000,
         }
     }
 }
@@ -145,6 +152,7 @@ impl Config {
             backlog: self.send_backlog,
             in_flight: self.sends_in_flight,
             timeout: Duration::from_millis(self.send_timeout_ms),
+            hold: Duration::from_millis(self.send_hold_ms),
         }
     }
 }

@@ -259,8 +259,11 @@ async fn read_frames<R>(
                 continue;
             }
         };
-        if let Err(throttled) = limit.check(frame.request_id) {
-            say(tx, throttled);
+        if let Err(wait) = limit.check() {
+            if let Some(pb::client_frame::Body::Send(request)) = &frame.body {
+                session.send_throttled(request, wait);
+            }
+            say(tx, frames::throttled(frame.request_id, limit.per_sec, wait));
             continue;
         }
         if refreshed.elapsed() >= refresh_every {
@@ -354,15 +357,14 @@ impl FrameLimit {
         Self { per_sec, bucket }
     }
 
-    /// Takes one frame's token, or answers with the error frame saying how long to wait.
-    fn check(&self, request_id: u64) -> Result<(), Bytes> {
+    /// Takes one frame's token, or says how long to wait for one.
+    fn check(&self) -> Result<(), std::time::Duration> {
         use governor::clock::{Clock, DefaultClock};
         let Some(bucket) = &self.bucket else {
             return Ok(());
         };
-        bucket.check().map_err(|not_until| {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            frames::throttled(request_id, self.per_sec, wait)
-        })
+        bucket
+            .check()
+            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
     }
 }

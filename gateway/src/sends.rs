@@ -9,7 +9,8 @@
 //!
 //! Admission is bounded twice, each bound answered at once with `RESOURCE_EXHAUSTED` and a
 //! wait (never by waiting): a connection may have `sends_in_flight` sends unanswered, and a
-//! lane holds at most `send_backlog` queued sends.
+//! lane holds at most `send_backlog` queued sends. A send refused with a retryable status
+//! holds its conversation on its connection until it comes again ([`crate::holds`]).
 
 use std::{
     sync::{
@@ -26,7 +27,7 @@ use imesh_protos::{
     gateway::server_frame::Body,
     message::{
         BatchedSend, SendBatchRequest, SendOutcome, SendRequest,
-        message_service_client::MessageServiceClient,
+        message_service_client::MessageServiceClient, send_request::To,
     },
 };
 use prometheus_client::{metrics::counter::Counter, registry::Registry};
@@ -34,7 +35,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
 use tracing::Instrument as _;
 
-use crate::{frames, window::Out};
+use crate::{
+    frames,
+    holds::{HoldLimits, Holds},
+    window::Out,
+};
 
 /// How the gateway batches sends.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +50,17 @@ pub struct Limits {
     pub in_flight: usize,
     /// How long one batch may take before its sends are answered UNAVAILABLE.
     pub timeout: Duration,
+    /// How long a refused send's hold outlasts the wait it names (or the last resend).
+    pub hold: Duration,
+}
+
+impl Limits {
+    fn holds(&self) -> HoldLimits {
+        HoldLimits {
+            grace: self.hold,
+            max: self.in_flight.max(1),
+        }
+    }
 }
 
 /// Where a connection's answers go, and how many of its sends are unanswered.
@@ -52,6 +68,7 @@ pub struct Outlet {
     frames: flume::Sender<Out>,
     close: CancellationToken,
     in_flight: AtomicUsize,
+    holds: Holds,
 }
 
 impl Outlet {
@@ -60,6 +77,7 @@ impl Outlet {
             frames,
             close,
             in_flight: AtomicUsize::new(0),
+            holds: Holds::default(),
         })
     }
 
@@ -77,6 +95,8 @@ struct Queued {
     sender: i64,
     request_id: u64,
     request: SendRequest,
+    /// Its place in its connection's order of sends ([`Holds::admit`]).
+    place: u64,
     outlet: Arc<Outlet>,
     /// The client request's span (none unless traces are exported).
     span: tracing::Span,
@@ -109,6 +129,7 @@ impl Sends {
                     waiting,
                     batch_max: limits.batch_max.max(1),
                     timeout: limits.timeout,
+                    holds: limits.holds(),
                     round_trip_us: round_trip_us.clone(),
                     batches: batches.clone(),
                 };
@@ -149,30 +170,63 @@ impl Sends {
         span: tracing::Span,
     ) -> Option<Bytes> {
         let lane = &self.lanes[sender.unsigned_abs() as usize % self.lanes.len()];
+        let holds = self.limits.holds();
+        let place = match outlet
+            .holds
+            .admit(&request.to, &request.client_msg_id, holds)
+        {
+            Ok(place) => place,
+            Err(first) => {
+                self.refused.inc();
+                // Back well within the hold's grace, or the hold ends before its turn.
+                let wait = lane.wait(1).min(holds.grace / 4);
+                return Some(refused(request_id, held_back(&first), wait));
+            }
+        };
         let max = self.limits.in_flight;
         if outlet.in_flight.fetch_add(1, Ordering::AcqRel) >= max {
             outlet.in_flight.fetch_sub(1, Ordering::AcqRel);
-            self.refused.inc();
             let why =
                 format!("send: {max} sends in flight on this connection; wait for their acks");
-            return Some(refused(request_id, why, lane.wait(1)));
+            let wait = lane.wait(1);
+            let send = (&request.to, request.client_msg_id.as_str(), place);
+            outlet.holds.refused(send, wait, holds);
+            self.refused.inc();
+            return Some(refused(request_id, why, wait));
         }
         let queued = Queued {
             sender,
             request_id,
             request,
+            place,
             outlet: outlet.clone(),
             span,
         };
         match lane.queue.try_send(queued) {
             Ok(()) => None,
-            Err(_) => {
+            Err(full) => {
+                let request = full.into_inner().request;
                 outlet.in_flight.fetch_sub(1, Ordering::AcqRel);
-                self.refused.inc();
                 let batches_ahead = lane.queue.len() / self.limits.batch_max.max(1) + 1;
                 let why = "send: the gateway is at capacity; retry after the wait".to_owned();
-                Some(refused(request_id, why, lane.wait(batches_ahead)))
+                let wait = lane.wait(batches_ahead);
+                let send = (&request.to, request.client_msg_id.as_str(), place);
+                outlet.holds.refused(send, wait, holds);
+                self.refused.inc();
+                Some(refused(request_id, why, wait))
             }
+        }
+    }
+}
+
+impl Sends {
+    /// A send refused before it was offered (the connection's frame limit): it holds its
+    /// conversation as a refused offer does.
+    pub fn throttled(&self, request: &SendRequest, outlet: &Outlet, wait: Duration) {
+        let holds = self.limits.holds();
+        let (to, id) = (&request.to, request.client_msg_id.as_str());
+        if let Ok(place) = outlet.holds.admit(to, id, holds) {
+            outlet.holds.refused((to, id, place), wait, holds);
         }
     }
 }
@@ -183,6 +237,10 @@ impl Lane {
         let round_trip = Duration::from_micros(self.round_trip_us.load(Ordering::Relaxed));
         (round_trip * batches as u32).max(Duration::from_millis(5))
     }
+}
+
+fn held_back(first: &str) -> String {
+    format!("send: an earlier send to this conversation ({first}) was refused; send it again first")
 }
 
 fn refused(request_id: u64, why: String, wait: Duration) -> Bytes {
@@ -196,6 +254,7 @@ struct LaneTask {
     waiting: flume::Receiver<Queued>,
     batch_max: usize,
     timeout: Duration,
+    holds: HoldLimits,
     round_trip_us: Arc<AtomicU64>,
     batches: Counter,
 }
@@ -210,7 +269,25 @@ impl LaneTask {
                     Err(_) => break,
                 }
             }
-            self.carry(batch).await;
+            // Sends whose conversation was held after they queued wait with it.
+            batch.retain(
+                |q| match q.outlet.holds.still_free(&q.request.to, q.place) {
+                    Ok(()) => true,
+                    Err(first) => {
+                        let wait =
+                            Duration::from_micros(self.round_trip_us.load(Ordering::Relaxed));
+                        let wait = wait.max(Duration::from_millis(5)).min(self.holds.grace / 4);
+                        let send = (&q.request.to, q.request.client_msg_id.as_str(), q.place);
+                        q.outlet.holds.refused(send, wait, self.holds);
+                        q.outlet
+                            .answer(refused(q.request_id, held_back(&first), wait));
+                        false
+                    }
+                },
+            );
+            if !batch.is_empty() {
+                self.carry(batch).await;
+            }
         }
     }
 
@@ -222,7 +299,12 @@ impl LaneTask {
         let sends = batch
             .into_iter()
             .map(|q| {
-                answers.push((q.request_id, q.outlet));
+                let send = (q.request.to, q.request.client_msg_id.clone(), q.place);
+                answers.push(Answer {
+                    request_id: q.request_id,
+                    outlet: q.outlet,
+                    send,
+                });
                 BatchedSend {
                     sender_id: q.sender,
                     send: Some(q.request),
@@ -254,23 +336,67 @@ impl LaneTask {
                         "message-svc answered a batch with the wrong number of outcomes"
                     );
                     let status = Status::internal("send: message-svc answered badly; retry");
-                    return answer_all(answers, &status);
+                    return self.answer_all(answers, &status);
                 }
-                for ((request_id, outlet), outcome) in answers.into_iter().zip(outcomes) {
-                    outlet.answer(outcome_frame(request_id, outcome));
+                for (answer, outcome) in answers.into_iter().zip(outcomes) {
+                    if outcome.sent.is_none() && retryable(Code::from_i32(outcome.code)) {
+                        answer.hold(outcome.retry_after_ms, self.holds);
+                    }
+                    answer
+                        .outlet
+                        .answer(outcome_frame(answer.request_id, outcome));
                 }
             }
-            Err(status) => answer_all(answers, &status),
+            Err(status) => self.answer_all(answers, &status),
+        }
+    }
+
+    /// Every send of a batch that failed as a whole gets the batch's status (none of them
+    /// was acknowledged, so the client retries them with the same client_msg_id).
+    fn answer_all(&self, answers: Vec<Answer>, status: &Status) {
+        let wait = frames::retry_after_ms(status);
+        for answer in answers {
+            if retryable(status.code()) {
+                answer.hold(wait, self.holds);
+            }
+            answer
+                .outlet
+                .answer(frames::status(answer.request_id, status));
         }
     }
 }
 
-/// Every send of a batch that failed as a whole gets the batch's status (none of them was
-/// acknowledged, so the client retries them with the same client_msg_id).
-fn answer_all(answers: Vec<(u64, Arc<Outlet>)>, status: &Status) {
-    for (request_id, outlet) in answers {
-        outlet.answer(frames::status(request_id, status));
+/// Where a batched send's answer goes.
+struct Answer {
+    request_id: u64,
+    outlet: Arc<Outlet>,
+    /// The send's conversation, client_msg_id and place in its connection's order.
+    send: (Option<To>, String, u64),
+}
+
+impl Answer {
+    /// The send was refused, and will come again after `wait_ms`: its conversation waits
+    /// for it.
+    fn hold(&self, wait_ms: u64, limits: HoldLimits) {
+        let (to, client_msg_id, place) = &self.send;
+        let wait = Duration::from_millis(wait_ms);
+        let send = (to, client_msg_id.as_str(), *place);
+        self.outlet.holds.refused(send, wait, limits);
     }
+}
+
+/// Whether a client resends after this status (it is not about the send itself).
+fn retryable(code: Code) -> bool {
+    matches!(
+        code,
+        Code::ResourceExhausted
+            | Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Aborted
+            | Code::Internal
+            | Code::Unknown
+    )
 }
 
 fn outcome_frame(request_id: u64, outcome: SendOutcome) -> Bytes {

@@ -125,6 +125,16 @@ impl Session {
         sends.offer((self.user(), request_id, request), &self.outlet, span)
     }
 
+    /// A send the connection's frame limit refused: it holds its conversation as any
+    /// refused send does.
+    pub fn send_throttled(
+        &self,
+        request: &imesh_protos::message::SendRequest,
+        wait: std::time::Duration,
+    ) {
+        self.backends.sends.throttled(request, &self.outlet, wait);
+    }
+
     /// Records a cumulative ack (coalesced on its way to sync-svc); an error frame for a
     /// bad one.
     pub fn ack(&self, request_id: u64, pb::Ack { sync_seq }: pb::Ack) -> Option<Bytes> {

@@ -48,6 +48,9 @@ struct UpSettings {
     rate_limits: message_svc::RateLimitConfig,
     /// Offline push to a webhook for users with no live connection (off without a URL).
     offline_push: notify_svc::offline::Config,
+    /// The gateway's client limits (`frames_per_sec`, `sends_in_flight`, …); its addresses
+    /// are `imesh up`'s own.
+    gateway: gateway::Config,
 }
 
 impl Default for UpSettings {
@@ -62,6 +65,7 @@ impl Default for UpSettings {
             host: IpAddr::from([127, 0, 0, 1]),
             rate_limits: message_svc::RateLimitConfig::default(),
             offline_push: notify_svc::offline::Config::default(),
+            gateway: gateway::Config::default(),
         }
     }
 }
@@ -84,6 +88,7 @@ async fn main() -> anyhow::Result<()> {
     spec.host = settings.host;
     spec.rate_limits = settings.rate_limits;
     spec.offline_push = settings.offline_push;
+    spec.gateway = settings.gateway;
     let cluster = Cluster::start(spec).await?;
     print_banner(&cluster, &auth, &settings.data_dir);
     cluster.run_until(imesh_kit::grpc::shutdown_signal()).await
@@ -163,4 +168,27 @@ fn print_banner(cluster: &Cluster, auth: &AuthConfig, data_dir: &Path) {
         a.relation
     );
     println!("\nCtrl-C stops it.");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gateways_client_limits_are_settings_of_imesh_up() {
+        let file = std::env::temp_dir().join(format!("imesh-up-{}.toml", std::process::id()));
+        std::fs::write(
+            &file,
+            "[gateway]\nframes_per_sec = 0\nsends_in_flight = 8\n",
+        )
+        .unwrap();
+        let settings: UpSettings = imesh_kit::config::load(Some(&file)).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(settings.gateway.frames_per_sec, 0);
+        assert_eq!(settings.gateway.sends_in_flight, 8);
+        assert_eq!(
+            settings.gateway.send_lanes,
+            gateway::Config::default().send_lanes
+        );
+    }
 }

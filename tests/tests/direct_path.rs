@@ -166,6 +166,7 @@ async fn a_flood_past_capacity_gets_acks_and_refusals_and_every_ack_arrives_once
             spec.gateway.send_lanes = 1;
             spec.gateway.send_backlog = 16;
             spec.gateway.sends_in_flight = 40;
+            spec.gateway.send_hold_ms = 100;
         })
         .await;
         let mut pairs = Vec::new();
@@ -209,9 +210,10 @@ async fn a_flood_past_capacity_gets_acks_and_refusals_and_every_ack_arrives_once
             assert!(increasing(&seqs), "{stores:?}: in order: {seqs:?}");
         }
 
-        // Right after the flood a normal send goes through.
+        // Once the wait named and the hold's grace are over, a normal send goes through
+        // (these senders never resend what was refused).
         let (from, to, sender, receiver) = &mut pairs[0];
-        let reply = tokio::time::timeout(PATIENCE, sender.send(text_to(*to, "after".into())))
+        let reply = tokio::time::timeout(PATIENCE, taken(sender, text_to(*to, "after".into())))
             .await
             .expect("a reply in time");
         assert!(matches!(reply, Body::SendAck(_)), "{stores:?}: {reply:?}");
@@ -229,6 +231,7 @@ async fn a_connection_past_its_sends_in_flight_is_refused_by_name_and_keeps_goin
         spec.rate_limits.user_per_sec = 0;
         spec.gateway.frames_per_sec = 0;
         spec.gateway.sends_in_flight = 2;
+        spec.gateway.send_hold_ms = 100;
     })
     .await;
     let (_, ann_token) = env.admin_user("ann").await;
@@ -242,8 +245,92 @@ async fn a_connection_past_its_sends_in_flight_is_refused_by_name_and_keeps_goin
         refusals.is_empty(),
         "refusals answer their request: {refusals:?}"
     );
-    let reply = a.send(text_to(bob, "after".into())).await;
+    let reply = tokio::time::timeout(PATIENCE, taken(&mut a, text_to(bob, "after".into())))
+        .await
+        .expect("taken once the hold is over");
     assert!(matches!(reply, Body::SendAck(_)), "{reply:?}");
+}
+
+/// Sends `request` until it is not refused for the moment, waiting as each refusal says.
+async fn taken(device: &mut Device, request: SendRequest) -> Body {
+    loop {
+        match device.send(request.clone()).await {
+            Body::Error(e) if e.code == RESOURCE_EXHAUSTED => {
+                tokio::time::sleep(std::time::Duration::from_millis(e.retry_after_ms)).await;
+            }
+            reply => return reply,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refused_send_holds_its_conversation_until_the_refused_sends_come_again_in_order() {
+    let env = TestCluster::start_with(Stores::Embedded, |spec| {
+        spec.rate_limits.user_per_sec = 0;
+        spec.gateway.frames_per_sec = 0;
+        spec.gateway.sends_in_flight = 2;
+        spec.gateway.send_hold_ms = 60_000;
+    })
+    .await;
+    let (ann, ann_token) = env.admin_user("ann").await;
+    let (bob, bob_token) = env.admin_user("bob").await;
+    let (cat, _) = env.admin_user("cat").await;
+    let mut a = env.tcp_device().await;
+    a.auth(&ann_token, "ann-1").await.expect("ann signs in");
+    let mut b = env.signed_in(&bob_token, "ws").await;
+    let sends: Vec<SendRequest> = (0..30).map(|k| text_to(bob, format!("h-{k:03}"))).collect();
+    let key = |k: usize| sends[k].client_msg_id.clone();
+
+    // Written at once against 2 in flight: after the first refusal nothing more is taken.
+    let replies = a.pipeline(sends.clone(), sends.len()).await;
+    let first = replies
+        .iter()
+        .position(|r| !matches!(r, Body::SendAck(_)))
+        .expect("the bound refused some");
+    assert!(first > 0, "{:?}", replies[0]);
+    for (k, reply) in replies.iter().enumerate().skip(first + 1) {
+        let Body::Error(e) = reply else {
+            panic!("{}: taken after an earlier refusal: {reply:?}", key(k));
+        };
+        assert_eq!(e.code, RESOURCE_EXHAUSTED, "{e:?}");
+        assert!(e.retry_after_ms >= 1, "{e:?}");
+        assert!(
+            e.message.contains(&key(first)),
+            "names the send it waits for: {e:?}"
+        );
+    }
+
+    // Other conversations are not held.
+    let reply = a.send(text_to(cat, "c-1".into())).await;
+    assert!(matches!(reply, Body::SendAck(_)), "{reply:?}");
+    // Resent out of order, a send still waits for the one before it.
+    let reply = a.send(sends[first + 1].clone()).await;
+    assert!(
+        matches!(&reply, Body::Error(e) if e.message.contains(&key(first))),
+        "{reply:?}"
+    );
+    let reply = a.send(sends[first].clone()).await;
+    assert!(matches!(reply, Body::SendAck(_)), "{reply:?}");
+    let reply = a.send(sends[first + 2].clone()).await;
+    assert!(
+        matches!(&reply, Body::Error(e) if e.message.contains(&key(first + 1))),
+        "{reply:?}"
+    );
+    // Resent in the order first sent, every one is taken.
+    for send in &sends[first + 1..] {
+        let reply = a.send(send.clone()).await;
+        assert!(
+            matches!(reply, Body::SendAck(_)),
+            "{}: {reply:?}",
+            send.client_msg_id
+        );
+    }
+    let live = pushed_messages(&mut b, ann, sends.len()).await;
+    let got: Vec<String> = live.iter().map(|m| m.client_msg_id.clone()).collect();
+    let sent: Vec<String> = (0..sends.len()).map(key).collect();
+    assert_eq!(got, sent, "bob gets them in the order first sent");
+    let seqs: Vec<i64> = live.iter().map(|m| m.seq).collect();
+    assert!(increasing(&seqs), "{seqs:?}");
 }
 
 #[tokio::test]

@@ -123,14 +123,14 @@ fn send_request(run: &Run, plan: &Plan, client_msg_id: &str) -> Out {
 
 /// Writes the first try of one message now and returns the wait for its answer, which
 /// waits out rate limits and rides through reconnects (a retry reuses the
-/// `client_msg_id`, so nothing is stored twice) and gives the message's seq and whether
-/// its first try was acked. Sends started one after another are written in that order.
+/// `client_msg_id`, so nothing is stored twice) and gives the message's seq. Sends
+/// started one after another are written in that order.
 async fn start_send<'a>(
     run: &'a Run,
     plan: &'a Plan,
     client_msg_id: String,
     sends: &'a Sends,
-) -> impl Future<Output = anyhow::Result<(i64, bool)>> + 'a {
+) -> impl Future<Output = anyhow::Result<i64>> + 'a {
     let mut client = plan.from.client().await;
     let first = client.start(send_request(run, plan, &client_msg_id)).await;
     async move {
@@ -138,12 +138,11 @@ async fn start_send<'a>(
             Ok(reply) => reply.await,
             Err(e) => Err(e),
         };
-        let mut first_try = true;
         loop {
             match answer {
                 Ok(In::SendAck(ack)) => {
                     sends.sent.fetch_add(1, Ordering::Relaxed);
-                    return Ok((ack.seq, first_try));
+                    return Ok(ack.seq);
                 }
                 Ok(In::Error(e)) if e.code == RESOURCE_EXHAUSTED => {
                     sends.throttled.fetch_add(1, Ordering::Relaxed);
@@ -157,7 +156,6 @@ async fn start_send<'a>(
                 }
                 Err(e) => return Err(e),
             }
-            first_try = false;
             client = plan.from.client().await;
             answer = client
                 .request(send_request(run, plan, &client_msg_id))
@@ -168,7 +166,8 @@ async fn start_send<'a>(
 
 /// Runs every plan concurrently, each keeping up to its window of sends in flight;
 /// returns each send's seq and start time per plan. Counts in `sends.reordered` the sends
-/// acked at their first try whose seq is not above the one sent before them.
+/// whose seq is not above the one sent before them (retried ones included: the gateway
+/// holds a conversation's later sends until a refused one comes again).
 async fn send_all(
     run: &Run,
     plans: &[Plan],
@@ -192,25 +191,21 @@ async fn send_all(
         });
         // Each first try is written before the next one starts; up to the window of
         // answers are awaited at once.
-        let acked: Vec<(i64, bool, Instant)> = paced
+        let acked: Vec<(i64, Instant)> = paced
             .then(|k| async move {
                 let started = Instant::now();
                 let answer = start_send(run, plan, format!("{}-{p}-{k}", run.id), sends).await;
                 (answer, started)
             })
-            .map(|(answer, started)| async move {
-                let (seq, first_try) = answer.await?;
-                anyhow::Ok((seq, first_try, started))
-            })
+            .map(|(answer, started)| async move { anyhow::Ok((answer.await?, started)) })
             .buffered(plan.window)
             .try_collect()
             .await?;
-        let first_tries: Vec<i64> = acked.iter().filter(|a| a.1).map(|a| a.0).collect();
-        let reordered = first_tries.windows(2).filter(|w| w[1] <= w[0]).count();
+        let reordered = acked.windows(2).filter(|w| w[1].0 <= w[0].0).count();
         sends
             .reordered
             .fetch_add(reordered as u64, Ordering::Relaxed);
-        anyhow::Ok(acked.into_iter().map(|(seq, _, at)| (seq, at)).collect())
+        anyhow::Ok(acked)
     }))
     .await
 }
