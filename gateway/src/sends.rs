@@ -178,8 +178,7 @@ impl Sends {
             Ok(place) => place,
             Err(first) => {
                 self.refused.inc();
-                // Back well within the hold's grace, or the hold ends before its turn.
-                let wait = lane.wait(1).min(holds.grace / 4);
+                let wait = held_wait(&lane.round_trip_us, holds);
                 return Some(refused(request_id, held_back(&first), wait));
             }
         };
@@ -188,11 +187,8 @@ impl Sends {
             outlet.in_flight.fetch_sub(1, Ordering::AcqRel);
             let why =
                 format!("send: {max} sends in flight on this connection; wait for their acks");
-            let wait = lane.wait(1);
-            let send = (&request.to, request.client_msg_id.as_str(), place);
-            outlet.holds.refused(send, wait, holds);
-            self.refused.inc();
-            return Some(refused(request_id, why, wait));
+            let refusal = (request_id, why, lane.wait(1));
+            return Some(self.refuse_holding(outlet, (&request, place), refusal));
         }
         let queued = Queued {
             sender,
@@ -209,17 +205,25 @@ impl Sends {
                 outlet.in_flight.fetch_sub(1, Ordering::AcqRel);
                 let batches_ahead = lane.queue.len() / self.limits.batch_max.max(1) + 1;
                 let why = "send: the gateway is at capacity; retry after the wait".to_owned();
-                let wait = lane.wait(batches_ahead);
-                let send = (&request.to, request.client_msg_id.as_str(), place);
-                outlet.holds.refused(send, wait, holds);
-                self.refused.inc();
-                Some(refused(request_id, why, wait))
+                let refusal = (request_id, why, lane.wait(batches_ahead));
+                Some(self.refuse_holding(outlet, (&request, place), refusal))
             }
         }
     }
-}
 
-impl Sends {
+    /// Refuses an admitted send (a bound): its conversation waits for it to come again.
+    fn refuse_holding(
+        &self,
+        outlet: &Outlet,
+        (request, place): (&SendRequest, u64),
+        (request_id, why, wait): (u64, String, Duration),
+    ) -> Bytes {
+        let send = (&request.to, request.client_msg_id.as_str(), place);
+        outlet.holds.refused(send, wait, self.limits.holds());
+        self.refused.inc();
+        refused(request_id, why, wait)
+    }
+
     /// A send refused before it was offered (the connection's frame limit): it holds its
     /// conversation as a refused offer does.
     pub fn throttled(&self, request: &SendRequest, outlet: &Outlet, wait: Duration) {
@@ -234,9 +238,20 @@ impl Sends {
 impl Lane {
     /// How long `batches` batches of this lane take, at least 5 ms.
     fn wait(&self, batches: usize) -> Duration {
-        let round_trip = Duration::from_micros(self.round_trip_us.load(Ordering::Relaxed));
-        (round_trip * batches as u32).max(Duration::from_millis(5))
+        batches_wait(&self.round_trip_us, batches)
     }
+}
+
+/// How long `batches` batches take at the last batch's round trip, at least 5 ms.
+fn batches_wait(round_trip_us: &AtomicU64, batches: usize) -> Duration {
+    let round_trip = Duration::from_micros(round_trip_us.load(Ordering::Relaxed));
+    (round_trip * batches as u32).max(Duration::from_millis(5))
+}
+
+/// The wait named to a send refused by a hold: one batch, but well within the hold's
+/// grace, or the hold would end before its turn.
+fn held_wait(round_trip_us: &AtomicU64, holds: HoldLimits) -> Duration {
+    batches_wait(round_trip_us, 1).min(holds.grace / 4)
 }
 
 fn held_back(first: &str) -> String {
@@ -274,9 +289,7 @@ impl LaneTask {
                 |q| match q.outlet.holds.still_free(&q.request.to, q.place) {
                     Ok(()) => true,
                     Err(first) => {
-                        let wait =
-                            Duration::from_micros(self.round_trip_us.load(Ordering::Relaxed));
-                        let wait = wait.max(Duration::from_millis(5)).min(self.holds.grace / 4);
+                        let wait = held_wait(&self.round_trip_us, self.holds);
                         let send = (&q.request.to, q.request.client_msg_id.as_str(), q.place);
                         q.outlet.holds.refused(send, wait, self.holds);
                         q.outlet
