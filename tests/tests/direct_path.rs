@@ -334,6 +334,56 @@ async fn a_refused_send_holds_its_conversation_until_the_refused_sends_come_agai
 }
 
 #[tokio::test]
+async fn a_send_refused_by_the_frame_limit_holds_its_conversation() {
+    let env = TestCluster::start_with(Stores::Embedded, |spec| {
+        spec.rate_limits.user_per_sec = 0;
+        spec.gateway.frames_per_sec = 20;
+        spec.gateway.sends_in_flight = 100;
+        spec.gateway.send_hold_ms = 60_000;
+    })
+    .await;
+    let (_, ann_token) = env.admin_user("ann").await;
+    let (bob, _) = env.admin_user("bob").await;
+    let mut a = env.tcp_device().await;
+    a.auth(&ann_token, "ann-1").await.expect("ann signs in");
+    let sends: Vec<SendRequest> = (0..60).map(|k| text_to(bob, format!("t-{k:03}"))).collect();
+    let replies = a.pipeline(sends.clone(), sends.len()).await;
+    let first = replies
+        .iter()
+        .position(|r| !matches!(r, Body::SendAck(_)))
+        .expect("the frame limit refused some");
+    assert!(
+        matches!(&replies[first], Body::Error(e) if e.message.starts_with("frames:")),
+        "{:?}",
+        replies[first]
+    );
+    let key = sends[first].client_msg_id.clone();
+    // Once the frame limit lets frames through again, a later send still waits for it.
+    let reply = past_frame_limit(&mut a, sends[first + 1].clone()).await;
+    assert!(
+        matches!(&reply, Body::Error(e) if e.message.contains(&key)),
+        "{reply:?}"
+    );
+    let reply = past_frame_limit(&mut a, sends[first].clone()).await;
+    assert!(matches!(reply, Body::SendAck(_)), "{reply:?}");
+    let reply = past_frame_limit(&mut a, sends[first + 1].clone()).await;
+    assert!(matches!(reply, Body::SendAck(_)), "{reply:?}");
+}
+
+/// Sends `request` until the connection's frame limit lets it in, waiting as each
+/// refusal says; returns the first other reply.
+async fn past_frame_limit(device: &mut Device, request: SendRequest) -> Body {
+    loop {
+        match device.send(request.clone()).await {
+            Body::Error(e) if e.message.starts_with("frames:") => {
+                tokio::time::sleep(std::time::Duration::from_millis(e.retry_after_ms)).await;
+            }
+            reply => return reply,
+        }
+    }
+}
+
+#[tokio::test]
 async fn the_batch_rpcs_are_internal_and_name_the_bad_field() {
     use imesh_kit::identity::Actor;
     use imesh_protos::{
