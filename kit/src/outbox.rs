@@ -3,6 +3,13 @@
 //! [`Relay`] per process hands them, oldest first and in batches, to a [`Sink`] (usually
 //! sync-svc over gRPC) and deletes them once the sink acknowledged. Failures back off
 //! exponentially and retry: delivery is at least once, so sinks MUST be idempotent.
+//!
+//! A writer that commits in order can also pass its committed rows to the relay in memory
+//! ([`Handoff`]): the relay then delivers them without reading them back, and deletes them
+//! while it delivers the next batch. The table stays the truth: at start, after a failure,
+//! when a hand-off did not fit, and whenever a writer without one wakes the relay, it
+//! drains the table instead (rows it was handed and had not taken yet are dropped first,
+//! they are in the table too).
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,7 +21,7 @@ use prometheus_client::{
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use sea_orm_migration::{prelude::*, schema::*};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use tokio::sync::Notify;
 
 use crate::error::StoreError;
@@ -107,10 +114,44 @@ pub struct Relay {
     outbox: SqlOutbox,
     sink: Arc<dyn Sink>,
     wake: Arc<Notify>,
+    handed: flume::Receiver<OutboxRow>,
+    handoff: Handoff,
     batch: u64,
     metrics: RelayMetrics,
     backlog: Backlog,
 }
+
+/// Rows committed to the outbox table, passed to its relay in commit order.
+#[derive(Clone)]
+pub struct Handoff {
+    rows: flume::Sender<OutboxRow>,
+    wake: Arc<Notify>,
+    /// Set when a row did not fit: nothing more is handed over until the relay has gone
+    /// back to the table, or later rows would overtake it.
+    missed: Arc<AtomicBool>,
+}
+
+impl Handoff {
+    /// Hands over rows just committed, in commit order. Rows that do not fit (the relay
+    /// is far behind) make the relay drain the table instead.
+    pub fn committed(&self, rows: impl IntoIterator<Item = OutboxRow>) {
+        if !self.missed.load(Ordering::Acquire) {
+            for row in rows {
+                if self.rows.try_send(row).is_ok() {
+                    continue;
+                }
+                self.missed.store(true, Ordering::Release);
+                break;
+            }
+        }
+        if self.missed.load(Ordering::Acquire) {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Batches of committed rows waiting in memory for the relay, at most.
+const HANDOFF_BATCHES: usize = 64;
 
 /// How far behind a relay is: since when it has had rows waiting that it has not caught
 /// up with. Writers read it to refuse new work before the backlog grows without bound.
@@ -190,10 +231,19 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 impl Relay {
     pub fn new(outbox: SqlOutbox, sink: Arc<dyn Sink>, batch: u64) -> Self {
+        let batch = Ord::max(batch, 1);
+        let wake = Arc::new(Notify::new());
+        let (rows, handed) = flume::bounded(HANDOFF_BATCHES * batch as usize);
         Self {
             outbox,
             sink,
-            wake: Arc::new(Notify::new()),
+            handoff: Handoff {
+                rows,
+                wake: wake.clone(),
+                missed: Arc::default(),
+            },
+            handed,
+            wake,
             batch,
             metrics: RelayMetrics::default(),
             backlog: Backlog::default(),
@@ -216,6 +266,11 @@ impl Relay {
         self.wake.clone()
     }
 
+    /// For the one writer that commits this table's rows in order: see [`Handoff`].
+    pub fn handoff(&self) -> Handoff {
+        self.handoff.clone()
+    }
+
     /// Runs the relay on its own task until [`Running::stop`].
     pub fn spawn(self) -> Running {
         let stop = tokio_util::sync::CancellationToken::new();
@@ -226,23 +281,32 @@ impl Relay {
     /// Relays until `shutdown` completes (rows still pending stay for the next start).
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let mut backoff = Duration::ZERO;
         let table = OutboxLabel {
             table: self.outbox.table,
         };
+        let mut removing = Removing::default();
+        // Rows left by an earlier run are in the table only.
+        let mut from_table = true;
+        let mut backoff = Duration::ZERO;
         let mut caught_up = std::time::Instant::now();
         loop {
-            let delay = if backoff.is_zero() {
-                IDLE_POLL
+            let relayed = if from_table || self.handoff.missed.load(Ordering::Acquire) {
+                self.drain(&table, &mut removing).await
             } else {
-                backoff
+                let handed = tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    () = self.wake.notified() => None,
+                    row = self.handed.recv_async() => row.ok(),
+                    () = tokio::time::sleep(IDLE_POLL) => None,
+                };
+                match handed {
+                    Some(first) => self.relay_handed(first, &table, &mut removing).await,
+                    None => self.drain(&table, &mut removing).await,
+                }
             };
-            tokio::select! {
-                () = &mut shutdown => return,
-                () = self.wake.notified(), if backoff.is_zero() => {}
-                () = tokio::time::sleep(delay) => {}
-            }
-            backoff = match self.drain(&table).await {
+            from_table = relayed.is_err();
+            backoff = match relayed {
                 Ok(()) => {
                     caught_up = std::time::Instant::now();
                     self.metrics.lag.get_or_create(&table).set(0.0);
@@ -260,11 +324,50 @@ impl Relay {
                     next
                 }
             };
+            if !backoff.is_zero() {
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+            }
         }
+        // Delivered rows are deleted before the relay stops (or delivered again next time).
+        let _ = removing.finish().await;
     }
 
-    /// Hands over every pending row, batch by batch.
-    async fn drain(&self, table: &OutboxLabel) -> anyhow::Result<()> {
+    /// Delivers `first` and the rows handed over after it (up to a batch), then starts
+    /// deleting them while the next batch is delivered.
+    async fn relay_handed(
+        &self,
+        first: OutboxRow,
+        table: &OutboxLabel,
+        removing: &mut Removing,
+    ) -> anyhow::Result<()> {
+        let mut rows = vec![first];
+        rows.extend(self.handed.try_iter().take(self.batch as usize - 1));
+        if rows.len() as u64 == self.batch {
+            self.backlog.falling_behind();
+        }
+        self.sink.deliver(&rows).await?;
+        removing.finish().await?;
+        removing.start(&self.outbox, rows.iter().map(|r| r.id).collect());
+        self.metrics
+            .relayed
+            .get_or_create(table)
+            .inc_by(rows.len() as u64);
+        if self.handed.is_empty() {
+            self.backlog.caught_up();
+        }
+        Ok(())
+    }
+
+    /// Hands over every row of the table, batch by batch. Rows handed over in memory and
+    /// not taken yet are dropped first: the table has them (rows handed over from then on
+    /// may be read from the table too, and delivered twice).
+    async fn drain(&self, table: &OutboxLabel, removing: &mut Removing) -> anyhow::Result<()> {
+        self.handoff.missed.store(false, Ordering::Release);
+        self.handed.drain();
+        removing.finish().await?;
         loop {
             let rows = self.outbox.pending(self.batch).await?;
             if rows.is_empty() {
@@ -286,6 +389,26 @@ impl Relay {
                 self.backlog.caught_up();
                 return Ok(());
             }
+        }
+    }
+}
+
+/// The deletion of the last batch of handed-over rows, under way while the next one is
+/// delivered.
+#[derive(Default)]
+struct Removing(Option<tokio::task::JoinHandle<Result<(), StoreError>>>);
+
+impl Removing {
+    fn start(&mut self, outbox: &SqlOutbox, ids: Vec<i64>) {
+        let outbox = outbox.clone();
+        self.0 = Some(tokio::spawn(async move { outbox.remove(&ids).await }));
+    }
+
+    /// Waits for the deletion under way, if any.
+    async fn finish(&mut self) -> anyhow::Result<()> {
+        match self.0.take() {
+            Some(task) => Ok(task.await??),
+            None => Ok(()),
         }
     }
 }

@@ -149,7 +149,10 @@ impl Service {
         let directory =
             peers::RelationDirectory::new(grpc::channel(&config.relation_addr)?, caller);
         let messages = domain::Messages::new(
-            Arc::new(store::sql::SqlMessageStore::new(db.clone())),
+            Arc::new(store::sql::SqlMessageStore::handing_off(
+                db.clone(),
+                relay.handoff(),
+            )),
             domain::Peers {
                 relations: Arc::new(directory),
                 groups: Arc::new(groups),

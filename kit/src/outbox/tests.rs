@@ -103,3 +103,111 @@ async fn rows_committed_with_a_transaction_are_relayed_in_order_despite_failures
         );
     }
 }
+
+/// Records what it was given (ids and payloads); holds each delivery while `gate` is shut.
+#[derive(Default)]
+struct GatedSink {
+    gate: tokio::sync::RwLock<()>,
+    got: Mutex<Vec<(i64, Vec<u8>)>>,
+}
+
+#[async_trait]
+impl Sink for GatedSink {
+    async fn deliver(&self, rows: &[OutboxRow]) -> anyhow::Result<()> {
+        let _open = self.gate.read().await;
+        self.got
+            .lock()
+            .extend(rows.iter().map(|r| (r.id, r.payload.clone())));
+        Ok(())
+    }
+}
+
+fn rows(ids: std::ops::RangeInclusive<i64>, payload: &[u8]) -> Vec<OutboxRow> {
+    ids.map(|id| OutboxRow {
+        id,
+        payload: payload.to_vec(),
+    })
+    .collect()
+}
+
+async fn commit(outbox: &SqlOutbox, rows: &[OutboxRow]) {
+    let txn = outbox.db.begin().await.unwrap();
+    insert(&txn, TABLE, rows).await.unwrap();
+    txn.commit().await.unwrap();
+}
+
+async fn wait_for(sink: &GatedSink, count: usize, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sink.got.lock().len() < count {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn spawn(relay: Relay) -> (Arc<Notify>, tokio::task::JoinHandle<()>) {
+    let stop = Arc::new(Notify::new());
+    let stopper = stop.clone();
+    let task = tokio::spawn(relay.run(async move { stopper.notified().await }));
+    (stop, task)
+}
+
+#[tokio::test]
+async fn rows_handed_over_are_relayed_from_memory_in_order_then_deleted() {
+    for backend in testing::sql_backends() {
+        let outbox = outbox(backend).await;
+        let sink = Arc::new(GatedSink::default());
+        let relay = Relay::new(outbox.clone(), sink.clone(), 3);
+        let handoff = relay.handoff();
+        // Row 1 was left in the table (an earlier run): the relay starts from the table.
+        commit(&outbox, &rows(1..=1, b"table")).await;
+        let (stop, task) = spawn(relay);
+        wait_for(&sink, 1, "row 1 from the table").await;
+        // Rows 2..=8 are handed over with a payload the table does not have: what the sink
+        // gets shows they were not read back.
+        commit(&outbox, &rows(2..=8, b"table")).await;
+        handoff.committed(rows(2..=8, b"memory"));
+        wait_for(&sink, 8, "handed rows relayed").await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !outbox.pending(1).await.unwrap().is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "rows not deleted");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stop.notify_one();
+        task.await.unwrap();
+        let mut expected = rows(1..=1, b"table");
+        expected.extend(rows(2..=8, b"memory"));
+        let expected: Vec<(i64, Vec<u8>)> =
+            expected.into_iter().map(|r| (r.id, r.payload)).collect();
+        assert_eq!(*sink.got.lock(), expected, "on {backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn rows_that_do_not_fit_the_handoff_are_relayed_from_the_table_once_and_in_order() {
+    for backend in testing::sql_backends() {
+        let outbox = outbox(backend).await;
+        let sink = Arc::new(GatedSink::default());
+        // Room for 64 batches of 2 rows in memory.
+        let relay = Relay::new(outbox.clone(), sink.clone(), 2);
+        let handoff = relay.handoff();
+        commit(&outbox, &rows(1..=1, b"first")).await;
+        let (stop, task) = spawn(relay);
+        wait_for(&sink, 1, "row 1").await;
+        // The sink stalls on row 2 while 300 more rows are committed and handed over.
+        let shut = sink.gate.write().await;
+        commit(&outbox, &rows(2..=2, b"a")).await;
+        handoff.committed(rows(2..=2, b"a"));
+        commit(&outbox, &rows(3..=302, b"a")).await;
+        handoff.committed(rows(3..=302, b"a"));
+        drop(shut);
+        wait_for(&sink, 302, "every row relayed").await;
+        stop.notify_one();
+        task.await.unwrap();
+        let ids: Vec<i64> = sink.got.lock().iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, (1..=302).collect::<Vec<_>>(), "on {backend:?}");
+        assert!(
+            outbox.pending(1).await.unwrap().is_empty(),
+            "on {backend:?}"
+        );
+    }
+}

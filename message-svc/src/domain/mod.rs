@@ -215,7 +215,8 @@ pub struct Parts {
     pub seqs: Arc<SeqAllocator>,
     pub ids: Arc<Snowflake>,
     pub encode: Encoders,
-    /// Woken after each stored event so the outbox relay runs at once.
+    /// Woken after an event stored outside the group commit (a recall) so the outbox relay
+    /// runs at once; the group commit hands its events to the relay itself.
     pub relay: Arc<Notify>,
     /// How far behind the outbox relay is.
     pub backlog: Backlog,

@@ -406,10 +406,8 @@ impl Messages {
                 },
             )
             .collect();
+        // The store hands what it committed to the relay.
         let written = self.store.append_many(&appends).await;
-        if written.iter().any(Result::is_ok) {
-            self.relay.notify_one();
-        }
         let mut outcomes = Vec::with_capacity(appends.len());
         for ((message, _), result) in appends.iter().zip(written) {
             outcomes.push(match result {

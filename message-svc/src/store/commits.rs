@@ -6,10 +6,14 @@
 //!
 //! One writer commits in queue order, on every backend: appends become visible to the
 //! outbox relay in the order they were queued, which is what keeps one device's messages
-//! in order on their way out. Throughput comes from the batch size (up to 256 rows a
+//! in order on their way out. The writer hands each commit's events to the relay in
+//! memory, in that order, so the relay need not read them back. Throughput comes from the batch size (up to 256 rows a
 //! transaction), not from concurrent writers.
 
-use imesh_kit::{error::StoreError, outbox::OutboxRow};
+use imesh_kit::{
+    error::StoreError,
+    outbox::{Handoff, OutboxRow},
+};
 use sea_orm::DatabaseConnection;
 use tokio::sync::{mpsc, oneshot};
 
@@ -33,10 +37,10 @@ pub(super) struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts the writer.
-    pub(super) fn spawn(db: DatabaseConnection) -> Self {
+    /// Starts the writer; it hands what it commits to `handoff`, if given.
+    pub(super) fn spawn(db: DatabaseConnection, handoff: Option<Handoff>) -> Self {
         let (queue, waiting) = mpsc::channel(QUEUE);
-        tokio::spawn(write_batches(db, waiting));
+        tokio::spawn(write_batches(db, handoff, waiting));
         Self { queue }
     }
 
@@ -70,7 +74,16 @@ impl GroupCommit {
     }
 }
 
-async fn write_batches(db: DatabaseConnection, mut waiting: mpsc::Receiver<Append>) {
+async fn write_batches(
+    db: DatabaseConnection,
+    handoff: Option<Handoff>,
+    mut waiting: mpsc::Receiver<Append>,
+) {
+    let hand_over = |appends: &[Append]| {
+        if let Some(handoff) = &handoff {
+            handoff.committed(appends.iter().map(|a| a.event.clone()));
+        }
+    };
     loop {
         let Some(first) = waiting.recv().await else {
             return;
@@ -83,13 +96,18 @@ async fn write_batches(db: DatabaseConnection, mut waiting: mpsc::Receiver<Appen
             }
         }
         if batch.len() > 1 && super::sql::write_appends(&db, &batch).await.is_ok() {
+            hand_over(&batch);
             for append in batch {
                 let _ = append.done.send(Ok(()));
             }
             continue;
         }
         for append in batch {
-            let outcome = super::sql::write_appends(&db, std::slice::from_ref(&append)).await;
+            let one = std::slice::from_ref(&append);
+            let outcome = super::sql::write_appends(&db, one).await;
+            if outcome.is_ok() {
+                hand_over(one);
+            }
             let _ = append.done.send(outcome);
         }
     }

@@ -36,7 +36,8 @@ pub trait MessageStore: Send + Sync + 'static {
     }
     /// [`Self::append`] for each `(message, event)`, answered one by one in order. The
     /// appends MUST be committed in the order given (an earlier one's outbox event is never
-    /// visible after a later one's), and one's conflict MUST NOT refuse the others.
+    /// visible after a later one's), and one's conflict MUST NOT refuse the others. An
+    /// adapter given the relay's hand-off passes the committed events to it in that order.
     async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> Vec<Result<(), StoreError>>;
     /// One stored message.
     async fn message(&self, conversation_id: &str, seq: i64)

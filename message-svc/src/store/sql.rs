@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use imesh_kit::{
     error::StoreError,
-    outbox::{self, OutboxRow},
+    outbox::{self, Handoff, OutboxRow},
 };
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait,
@@ -154,8 +154,17 @@ pub struct SqlMessageStore {
 impl SqlMessageStore {
     /// Starts the group-commit writer on the current runtime.
     pub fn new(db: DatabaseConnection) -> Self {
+        Self::build(db, None)
+    }
+
+    /// [`Self::new`], handing what the writer commits to the outbox relay in memory.
+    pub fn handing_off(db: DatabaseConnection, handoff: Handoff) -> Self {
+        Self::build(db, Some(handoff))
+    }
+
+    fn build(db: DatabaseConnection, handoff: Option<Handoff>) -> Self {
         Self {
-            commits: GroupCommit::spawn(db.clone()),
+            commits: GroupCommit::spawn(db.clone(), handoff),
             db,
         }
     }
