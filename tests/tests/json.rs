@@ -32,6 +32,20 @@ async fn say(ws: &mut Socket, frame: Value) {
 }
 
 /// The next frame, which must be a JSON text message.
+/// The next error frame; the push of the device's own send may come before it.
+async fn heard_error(ws: &mut Socket) -> Value {
+    loop {
+        let frame = heard(ws).await;
+        if frame.get("error").is_some() {
+            return frame;
+        }
+        assert!(
+            frame.get("push").is_some(),
+            "neither error nor push: {frame}"
+        );
+    }
+}
+
 async fn heard(ws: &mut Socket) -> Value {
     loop {
         let message = tokio::time::timeout(PATIENCE, ws.next())
@@ -88,13 +102,13 @@ async fn a_plain_websocket_client_speaks_json_frames() {
     assert_eq!(ack["sendAck"]["seq"], "2", "{ack}");
 
     say(&mut ws, json!("not a frame")).await;
-    let e = heard(&mut ws).await;
+    let e = heard_error(&mut ws).await;
     assert_eq!(
         (e["error"]["code"].as_u64(), e["error"]["field"].as_str()),
         (Some(3), Some("frame"))
     );
     ws.send(Message::Binary(vec![8, 1].into())).await.unwrap();
-    let e = heard(&mut ws).await;
+    let e = heard_error(&mut ws).await;
     assert!(
         e["error"]["message"]
             .as_str()
