@@ -351,14 +351,18 @@ impl Relay {
         self.sink.deliver(&rows).await?;
         removing.finish().await?;
         removing.start(&self.outbox, rows.iter().map(|r| r.id).collect());
-        self.metrics
-            .relayed
-            .get_or_create(table)
-            .inc_by(rows.len() as u64);
+        self.count_relayed(table, rows.len());
         if self.handed.is_empty() {
             self.backlog.caught_up();
         }
         Ok(())
+    }
+
+    fn count_relayed(&self, table: &OutboxLabel, rows: usize) {
+        self.metrics
+            .relayed
+            .get_or_create(table)
+            .inc_by(rows as u64);
     }
 
     /// Hands over every row of the table, batch by batch. Rows handed over in memory and
@@ -381,10 +385,7 @@ impl Relay {
             self.sink.deliver(&rows).await?;
             let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
             self.outbox.remove(&ids).await?;
-            self.metrics
-                .relayed
-                .get_or_create(table)
-                .inc_by(ids.len() as u64);
+            self.count_relayed(table, ids.len());
             if (rows.len() as u64) < self.batch {
                 self.backlog.caught_up();
                 return Ok(());

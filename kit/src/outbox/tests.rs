@@ -144,70 +144,108 @@ async fn wait_for(sink: &GatedSink, count: usize, what: &str) {
     }
 }
 
-fn spawn(relay: Relay) -> (Arc<Notify>, tokio::task::JoinHandle<()>) {
+/// A relay of `batch` rows running on `backend`, past row 1 (left in the table before it
+/// started, so it relayed it from there).
+struct Running {
+    outbox: SqlOutbox,
+    sink: Arc<GatedSink>,
+    handoff: Handoff,
+    stop: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn running(backend: testing::Backend, batch: u64) -> Running {
+    let outbox = outbox(backend).await;
+    let sink = Arc::new(GatedSink::default());
+    let relay = Relay::new(outbox.clone(), sink.clone(), batch);
+    let handoff = relay.handoff();
+    commit(&outbox, &rows(1..=1, b"table")).await;
     let stop = Arc::new(Notify::new());
     let stopper = stop.clone();
     let task = tokio::spawn(relay.run(async move { stopper.notified().await }));
-    (stop, task)
+    wait_for(&sink, 1, "row 1 from the table").await;
+    Running {
+        outbox,
+        sink,
+        handoff,
+        stop,
+        task,
+    }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.notify_one();
+        self.task.await.unwrap();
+    }
 }
 
 #[tokio::test]
 async fn rows_handed_over_are_relayed_from_memory_in_order_then_deleted() {
     for backend in testing::sql_backends() {
-        let outbox = outbox(backend).await;
-        let sink = Arc::new(GatedSink::default());
-        let relay = Relay::new(outbox.clone(), sink.clone(), 3);
-        let handoff = relay.handoff();
-        // Row 1 was left in the table (an earlier run): the relay starts from the table.
-        commit(&outbox, &rows(1..=1, b"table")).await;
-        let (stop, task) = spawn(relay);
-        wait_for(&sink, 1, "row 1 from the table").await;
+        let relay = running(backend, 3).await;
+        let (outbox, sink) = (&relay.outbox, &relay.sink);
         // Rows 2..=8 are handed over with a payload the table does not have: what the sink
         // gets shows they were not read back.
-        commit(&outbox, &rows(2..=8, b"table")).await;
-        handoff.committed(rows(2..=8, b"memory"));
-        wait_for(&sink, 8, "handed rows relayed").await;
+        commit(outbox, &rows(2..=8, b"table")).await;
+        relay.handoff.committed(rows(2..=8, b"memory"));
+        wait_for(sink, 8, "handed rows relayed").await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !outbox.pending(1).await.unwrap().is_empty() {
             assert!(tokio::time::Instant::now() < deadline, "rows not deleted");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        stop.notify_one();
-        task.await.unwrap();
+        let got = sink.got.lock().clone();
+        relay.stop().await;
         let mut expected = rows(1..=1, b"table");
         expected.extend(rows(2..=8, b"memory"));
         let expected: Vec<(i64, Vec<u8>)> =
             expected.into_iter().map(|r| (r.id, r.payload)).collect();
-        assert_eq!(*sink.got.lock(), expected, "on {backend:?}");
+        assert_eq!(got, expected, "on {backend:?}");
     }
 }
 
 #[tokio::test]
 async fn rows_that_do_not_fit_the_handoff_are_relayed_from_the_table_once_and_in_order() {
     for backend in testing::sql_backends() {
-        let outbox = outbox(backend).await;
-        let sink = Arc::new(GatedSink::default());
         // Room for 64 batches of 2 rows in memory.
-        let relay = Relay::new(outbox.clone(), sink.clone(), 2);
-        let handoff = relay.handoff();
-        commit(&outbox, &rows(1..=1, b"first")).await;
-        let (stop, task) = spawn(relay);
-        wait_for(&sink, 1, "row 1").await;
+        let relay = running(backend, 2).await;
+        let (outbox, sink, handoff) = (&relay.outbox, &relay.sink, &relay.handoff);
         // The sink stalls on row 2 while 300 more rows are committed and handed over.
         let shut = sink.gate.write().await;
-        commit(&outbox, &rows(2..=2, b"a")).await;
+        commit(outbox, &rows(2..=2, b"a")).await;
         handoff.committed(rows(2..=2, b"a"));
-        commit(&outbox, &rows(3..=302, b"a")).await;
+        commit(outbox, &rows(3..=302, b"a")).await;
         handoff.committed(rows(3..=302, b"a"));
         drop(shut);
-        wait_for(&sink, 302, "every row relayed").await;
-        stop.notify_one();
-        task.await.unwrap();
+        wait_for(sink, 302, "every row relayed").await;
         let ids: Vec<i64> = sink.got.lock().iter().map(|(id, _)| *id).collect();
+        let outbox = outbox.clone();
+        // The relay deletes what it delivered before it stops.
+        relay.stop().await;
         assert_eq!(ids, (1..=302).collect::<Vec<_>>(), "on {backend:?}");
         assert!(
             outbox.pending(1).await.unwrap().is_empty(),
             "on {backend:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn after_a_row_does_not_fit_nothing_is_handed_over_until_the_relay_reads_the_table() {
+    let outbox = outbox(testing::Backend::Sqlite).await;
+    // Room for 64 rows in memory.
+    let relay = Relay::new(outbox, Arc::new(GatedSink::default()), 1);
+    let handoff = relay.handoff();
+    handoff.committed(rows(1..=65, b"a"));
+    assert_eq!(relay.handed.len(), 64);
+    // The relay takes some; a later row would now fit, and would overtake row 65.
+    let taken: Vec<i64> = relay.handed.try_iter().take(10).map(|r| r.id).collect();
+    assert_eq!(taken, (1..=10).collect::<Vec<_>>());
+    handoff.committed(rows(66..=66, b"a"));
+    assert_eq!(
+        relay.handed.len(),
+        54,
+        "row 66 was handed over after row 65 missed"
+    );
 }

@@ -7,8 +7,8 @@
 //! One writer commits in queue order, on every backend: appends become visible to the
 //! outbox relay in the order they were queued, which is what keeps one device's messages
 //! in order on their way out. The writer hands each commit's events to the relay in
-//! memory, in that order, so the relay need not read them back. Throughput comes from the batch size (up to 256 rows a
-//! transaction), not from concurrent writers.
+//! memory, in that order, so the relay need not read them back. Throughput comes from the
+//! batch size (up to 256 rows a transaction), not from concurrent writers.
 
 use imesh_kit::{
     error::StoreError,
@@ -79,9 +79,9 @@ async fn write_batches(
     handoff: Option<Handoff>,
     mut waiting: mpsc::Receiver<Append>,
 ) {
-    let hand_over = |appends: &[Append]| {
+    let hand_over = |events: Vec<OutboxRow>| {
         if let Some(handoff) = &handoff {
-            handoff.committed(appends.iter().map(|a| a.event.clone()));
+            handoff.committed(events);
         }
     };
     loop {
@@ -96,19 +96,21 @@ async fn write_batches(
             }
         }
         if batch.len() > 1 && super::sql::write_appends(&db, &batch).await.is_ok() {
-            hand_over(&batch);
+            let mut events = Vec::with_capacity(batch.len());
             for append in batch {
+                events.push(append.event);
                 let _ = append.done.send(Ok(()));
             }
+            hand_over(events);
             continue;
         }
         for append in batch {
-            let one = std::slice::from_ref(&append);
-            let outcome = super::sql::write_appends(&db, one).await;
-            if outcome.is_ok() {
-                hand_over(one);
-            }
+            let outcome = super::sql::write_appends(&db, std::slice::from_ref(&append)).await;
+            let stored = outcome.is_ok();
             let _ = append.done.send(outcome);
+            if stored {
+                hand_over(vec![append.event]);
+            }
         }
     }
 }
