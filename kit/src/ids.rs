@@ -58,6 +58,12 @@ pub fn first_id_at(unix_ms: i64) -> i64 {
     (ms << (NODE_BITS + SEQ_BITS)) as i64
 }
 
+/// When `id` was handed out, in Unix milliseconds (a little later for ids borrowed from
+/// the next millisecond).
+pub fn unix_ms_of(id: i64) -> i64 {
+    ((id.max(0) as u64) >> (NODE_BITS + SEQ_BITS)) as i64 + EPOCH_MS as i64
+}
+
 fn now_ms() -> u64 {
     let since_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -75,6 +81,17 @@ pub fn unix_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_id_tells_the_millisecond_it_was_handed_out() {
+        let ids = Snowflake::new(7);
+        let before = unix_ms();
+        let id = ids.next_id();
+        let after = unix_ms();
+        let at = unix_ms_of(id);
+        assert!((before..=after).contains(&at), "{before} ≤ {at} ≤ {after}");
+        assert_eq!(unix_ms_of(first_id_at(before)), before);
+    }
+
     #[test]
     fn ids_minted_after_a_moment_are_at_or_above_its_first_id() {
         let before = first_id_at(unix_ms());

@@ -153,39 +153,87 @@ impl Handoff {
 /// Batches of committed rows waiting in memory for the relay, at most.
 const HANDOFF_BATCHES: usize = 64;
 
-/// How far behind a relay is: since when it has had rows waiting that it has not caught
-/// up with. Writers read it to refuse new work before the backlog grows without bound.
+/// Batches of handed-over rows that may wait for the relay before [`Backlog::room`]
+/// holds writers back.
+const ROOM_BATCHES: usize = 2;
+
+/// How far behind a relay is: the age of the oldest row it has not delivered yet (rows are
+/// keyed by snowflake ids, so a row's id tells when it was written), and how many rows
+/// wait for it in memory. Writers wait for [`Backlog::room`] before they write more, so
+/// they go at the relay's pace, and refuse new work when it is too far behind.
 #[derive(Clone, Default)]
 pub struct Backlog {
-    /// Unix ms since the relay has been behind; 0 while it is caught up.
-    behind_since_ms: Arc<AtomicI64>,
+    /// Unix ms of the oldest row not delivered yet; 0 while the relay is caught up.
+    oldest_ms: Arc<AtomicI64>,
+    /// The rows handed over and not taken yet, and how many may wait (none without a relay).
+    queue: Option<(flume::Receiver<OutboxRow>, usize)>,
+    /// Notified whenever the relay takes rows.
+    taken: Arc<Notify>,
 }
 
 impl Backlog {
-    /// How long the relay has been behind (zero while it keeps up).
+    /// Waits until few enough handed-over rows wait for the relay, for at most `patience`;
+    /// `false` when they still do (the relay is too slow or stuck).
+    pub async fn room(&self, patience: Duration) -> bool {
+        let Some((queue, room)) = &self.queue else {
+            return true;
+        };
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let taken = self.taken.notified();
+            tokio::pin!(taken);
+            taken.as_mut().enable();
+            if queue.len() <= *room {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, taken).await.is_err() {
+                return queue.len() <= *room;
+            }
+        }
+    }
+
+    /// How long the oldest undelivered row has waited (zero while the relay keeps up).
     pub fn behind(&self) -> Duration {
-        match self.behind_since_ms.load(Ordering::Relaxed) {
+        match self.oldest_ms.load(Ordering::Relaxed) {
             0 => Duration::ZERO,
             since => Duration::from_millis(Ord::max(crate::ids::unix_ms() - since, 0) as u64),
         }
     }
 
-    /// Marks the relay behind since `unix_ms`, unless it already was.
-    pub fn behind_since(&self, unix_ms: i64) {
-        let _ = self.behind_since_ms.compare_exchange(
+    /// Marks the oldest undelivered row as written at `unix_ms`.
+    pub fn waiting_since(&self, unix_ms: i64) {
+        self.oldest_ms
+            .store(Ord::max(unix_ms, 1), Ordering::Relaxed);
+    }
+
+    /// The oldest undelivered row is the one with this id.
+    fn waiting_from(&self, row: &OutboxRow) {
+        self.waiting_since(crate::ids::unix_ms_of(row.id));
+    }
+
+    /// The relay failed before it could tell what waits: behind from now, unless it
+    /// already was.
+    fn failing(&self) {
+        let _ = self.oldest_ms.compare_exchange(
             0,
-            Ord::max(unix_ms, 1),
+            crate::ids::unix_ms(),
             Ordering::Relaxed,
             Ordering::Relaxed,
         );
     }
 
-    fn falling_behind(&self) {
-        self.behind_since(crate::ids::unix_ms());
+    fn caught_up(&self) {
+        self.oldest_ms.store(0, Ordering::Relaxed);
     }
 
-    fn caught_up(&self) {
-        self.behind_since_ms.store(0, Ordering::Relaxed);
+    /// After delivering a batch ending with `last`: caught up when nothing waits, or else
+    /// waiting from `last` on (what waits was written after it).
+    fn delivered(&self, last: &OutboxRow, more_waiting: bool) {
+        if more_waiting {
+            self.waiting_from(last);
+        } else {
+            self.caught_up();
+        }
     }
 }
 
@@ -218,7 +266,7 @@ impl RelayMetrics {
         );
         registry.register(
             "outbox_lag_seconds",
-            "Time since the outbox was last found empty (0 while the relay keeps up)",
+            "Age of the oldest outbox row not relayed yet (0 while the relay keeps up)",
             metrics.lag.clone(),
         );
         metrics
@@ -234,6 +282,10 @@ impl Relay {
         let batch = Ord::max(batch, 1);
         let wake = Arc::new(Notify::new());
         let (rows, handed) = flume::bounded(HANDOFF_BATCHES * batch as usize);
+        let backlog = Backlog {
+            queue: Some((handed.clone(), ROOM_BATCHES * batch as usize)),
+            ..Backlog::default()
+        };
         Self {
             outbox,
             sink,
@@ -246,7 +298,7 @@ impl Relay {
             wake,
             batch,
             metrics: RelayMetrics::default(),
-            backlog: Backlog::default(),
+            backlog,
         }
     }
 
@@ -288,7 +340,6 @@ impl Relay {
         // Rows left by an earlier run are in the table only.
         let mut from_table = true;
         let mut backoff = Duration::ZERO;
-        let mut caught_up = std::time::Instant::now();
         loop {
             let relayed = if from_table || self.handoff.missed.load(Ordering::Acquire) {
                 self.drain(&table, &mut removing).await
@@ -306,19 +357,17 @@ impl Relay {
                 }
             };
             from_table = relayed.is_err();
+            if relayed.is_err() {
+                self.backlog.failing();
+            }
+            self.metrics
+                .lag
+                .get_or_create(&table)
+                .set(self.backlog.behind().as_secs_f64());
             backoff = match relayed {
-                Ok(()) => {
-                    caught_up = std::time::Instant::now();
-                    self.metrics.lag.get_or_create(&table).set(0.0);
-                    Duration::ZERO
-                }
+                Ok(()) => Duration::ZERO,
                 Err(e) => {
-                    self.backlog.falling_behind();
                     self.metrics.failures.get_or_create(&table).inc();
-                    self.metrics
-                        .lag
-                        .get_or_create(&table)
-                        .set(caught_up.elapsed().as_secs_f64());
                     let next = (backoff * 2).clamp(Duration::from_millis(50), MAX_BACKOFF);
                     tracing::warn!(error = %format!("{e:#}"), retry_in = ?next, table = self.outbox.table, "outbox relay failed");
                     next
@@ -343,18 +392,16 @@ impl Relay {
         table: &OutboxLabel,
         removing: &mut Removing,
     ) -> anyhow::Result<()> {
+        self.backlog.waiting_from(&first);
         let mut rows = vec![first];
         rows.extend(self.handed.try_iter().take(self.batch as usize - 1));
-        if rows.len() as u64 == self.batch {
-            self.backlog.falling_behind();
-        }
+        self.backlog.taken.notify_waiters();
         self.sink.deliver(&rows).await?;
         removing.finish().await?;
         removing.start(&self.outbox, rows.iter().map(|r| r.id).collect());
         self.count_relayed(table, rows.len());
-        if self.handed.is_empty() {
-            self.backlog.caught_up();
-        }
+        let last = rows.last().expect("a batch holds its first row");
+        self.backlog.delivered(last, !self.handed.is_empty());
         Ok(())
     }
 
@@ -371,23 +418,23 @@ impl Relay {
     async fn drain(&self, table: &OutboxLabel, removing: &mut Removing) -> anyhow::Result<()> {
         self.handoff.missed.store(false, Ordering::Release);
         self.handed.drain();
+        self.backlog.taken.notify_waiters();
         removing.finish().await?;
         loop {
             let rows = self.outbox.pending(self.batch).await?;
-            if rows.is_empty() {
+            let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
                 self.backlog.caught_up();
                 return Ok(());
-            }
-            if rows.len() as u64 == self.batch {
-                // A full batch: more may wait behind it.
-                self.backlog.falling_behind();
-            }
+            };
+            self.backlog.waiting_from(first);
             self.sink.deliver(&rows).await?;
             let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
             self.outbox.remove(&ids).await?;
             self.count_relayed(table, ids.len());
-            if (rows.len() as u64) < self.batch {
-                self.backlog.caught_up();
+            // A full batch: more may wait behind it.
+            let full = rows.len() as u64 == self.batch;
+            self.backlog.delivered(last, full);
+            if !full {
                 return Ok(());
             }
         }

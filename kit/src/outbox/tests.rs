@@ -79,7 +79,7 @@ async fn rows_committed_with_a_transaction_are_relayed_in_order_despite_failures
         let task = tokio::spawn(relay.run(async move { stopper.notified().await }));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         // A failing sink marks the relay behind (until it drains).
-        while backlog.behind_since_ms.load(Ordering::Relaxed) == 0 {
+        while backlog.oldest_ms.load(Ordering::Relaxed) == 0 {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "never behind on {backend:?}"
@@ -150,6 +150,7 @@ struct Running {
     outbox: SqlOutbox,
     sink: Arc<GatedSink>,
     handoff: Handoff,
+    backlog: Backlog,
     stop: Arc<Notify>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -159,6 +160,7 @@ async fn running(backend: testing::Backend, batch: u64) -> Running {
     let sink = Arc::new(GatedSink::default());
     let relay = Relay::new(outbox.clone(), sink.clone(), batch);
     let handoff = relay.handoff();
+    let backlog = relay.backlog();
     commit(&outbox, &rows(1..=1, b"table")).await;
     let stop = Arc::new(Notify::new());
     let stopper = stop.clone();
@@ -168,6 +170,7 @@ async fn running(backend: testing::Backend, batch: u64) -> Running {
         outbox,
         sink,
         handoff,
+        backlog,
         stop,
         task,
     }
@@ -248,4 +251,85 @@ async fn after_a_row_does_not_fit_nothing_is_handed_over_until_the_relay_reads_t
         54,
         "row 66 was handed over after row 65 missed"
     );
+}
+
+/// Delivers one batch per permit added to `steps`, recording the ids.
+struct SteppedSink {
+    steps: tokio::sync::Semaphore,
+    got: Mutex<Vec<i64>>,
+}
+
+#[async_trait]
+impl Sink for SteppedSink {
+    async fn deliver(&self, rows: &[OutboxRow]) -> anyhow::Result<()> {
+        self.steps.acquire().await?.forget();
+        self.got.lock().extend(rows.iter().map(|r| r.id));
+        Ok(())
+    }
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_backlog_is_the_age_of_the_oldest_row_not_yet_delivered() {
+    let outbox = outbox(testing::Backend::Sqlite).await;
+    let now = crate::ids::unix_ms();
+    let old = crate::ids::first_id_at(now - 3_000);
+    let fresh = crate::ids::first_id_at(now);
+    let ids = [old, old + 1, fresh, fresh + 1];
+    let table: Vec<OutboxRow> = ids
+        .iter()
+        .map(|&id| OutboxRow {
+            id,
+            payload: vec![],
+        })
+        .collect();
+    commit(&outbox, &table).await;
+    let sink = Arc::new(SteppedSink {
+        steps: tokio::sync::Semaphore::new(0),
+        got: Mutex::default(),
+    });
+    let relay = Relay::new(outbox, sink.clone(), 2);
+    let backlog = relay.backlog();
+    let running = relay.spawn();
+
+    // Delivering the rows written 3 s ago.
+    until("behind by the old rows' age", || {
+        backlog.behind() >= Duration::from_secs(3)
+    })
+    .await;
+    // Delivering the fresh rows: the old ones no longer count.
+    sink.steps.add_permits(1);
+    until("behind by the fresh rows' age only", || {
+        sink.got.lock().len() == 2 && backlog.behind() < Duration::from_secs(2)
+    })
+    .await;
+    sink.steps.add_permits(1);
+    until("caught up", || backlog.behind() == Duration::ZERO).await;
+    running.stop().await.unwrap();
+    assert_eq!(*sink.got.lock(), ids);
+}
+
+#[tokio::test]
+async fn writers_find_room_once_the_relay_takes_what_waits() {
+    let relay = running(testing::Backend::Sqlite, 1).await;
+    let (outbox, sink, backlog) = (&relay.outbox, &relay.sink, &relay.backlog);
+    let waiting = || backlog.queue.as_ref().expect("a relay's backlog").0.len();
+    // The sink stalls on row 2; rows 3..=5 wait, one more than two batches of one row.
+    let shut = sink.gate.write().await;
+    commit(outbox, &rows(2..=5, b"a")).await;
+    relay.handoff.committed(rows(2..=5, b"a"));
+    until("row 2 taken", || waiting() == 3).await;
+    assert!(!backlog.room(Duration::from_millis(20)).await, "no room");
+    let room = backlog.room(Duration::from_secs(10));
+    drop(shut);
+    assert!(room.await, "room once the relay moved on");
+    wait_for(sink, 5, "every row relayed").await;
+    relay.stop().await;
 }

@@ -96,9 +96,12 @@ impl Messages {
                 format!("must hold 1–{MAX_SEND_BATCH} sends"),
             ));
         }
+        // Delivery sets the pace: wait while the relay has enough in hand, refuse once it
+        // has been behind for too long.
         let behind = self.backlog.behind();
-        if behind > self.limits.max_relay_lag {
-            return Err(Error::Overloaded(behind));
+        let patience = self.limits.max_relay_lag.saturating_sub(behind);
+        if patience.is_zero() || !self.backlog.room(patience).await {
+            return Err(Error::Overloaded(self.backlog.behind()));
         }
         let mut steps: Vec<Step> = sends
             .into_iter()

@@ -252,7 +252,7 @@ async fn sends_are_refused_while_delivery_is_too_far_behind() {
     )
     .await;
     messages.send(u(1), text("c1", 2, "hi")).await.unwrap();
-    backlog.behind_since(imesh_kit::ids::unix_ms() - 5_000);
+    backlog.waiting_since(imesh_kit::ids::unix_ms() - 5_000);
     let refused = messages.send(u(1), text("c2", 2, "hi")).await.unwrap_err();
     assert!(matches!(refused, Error::Overloaded(_)), "{refused:?}");
     assert_eq!(outbox.pending(10).await.unwrap().len(), 1, "nothing stored");
