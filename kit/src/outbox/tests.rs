@@ -137,8 +137,13 @@ async fn commit(outbox: &SqlOutbox, rows: &[OutboxRow]) {
 }
 
 async fn wait_for(sink: &GatedSink, count: usize, what: &str) {
+    until(what, || sink.got.lock().len() >= count).await;
+}
+
+/// Polls `done` until it holds, failing with `what` after 10 s.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while sink.got.lock().len() < count {
+    while !done() {
         assert!(tokio::time::Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -268,14 +273,6 @@ impl Sink for SteppedSink {
     }
 }
 
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
 #[tokio::test]
 async fn the_backlog_is_the_age_of_the_oldest_row_not_yet_delivered() {
     let outbox = outbox(testing::Backend::Sqlite).await;
@@ -318,18 +315,19 @@ async fn the_backlog_is_the_age_of_the_oldest_row_not_yet_delivered() {
 
 #[tokio::test]
 async fn writers_find_room_once_the_relay_takes_what_waits() {
-    let relay = running(testing::Backend::Sqlite, 1).await;
+    // Batches of two: the relay stopped reading the table after row 1 (a short batch).
+    let relay = running(testing::Backend::Sqlite, 2).await;
     let (outbox, sink, backlog) = (&relay.outbox, &relay.sink, &relay.backlog);
     let waiting = || backlog.queue.as_ref().expect("a relay's backlog").0.len();
-    // The sink stalls on row 2; rows 3..=5 wait, one more than two batches of one row.
+    // The sink stalls on rows 2 and 3; rows 4..=8 wait, one more than two batches.
     let shut = sink.gate.write().await;
-    commit(outbox, &rows(2..=5, b"a")).await;
-    relay.handoff.committed(rows(2..=5, b"a"));
-    until("row 2 taken", || waiting() == 3).await;
+    commit(outbox, &rows(2..=8, b"a")).await;
+    relay.handoff.committed(rows(2..=8, b"a"));
+    until("rows 2 and 3 taken", || waiting() == 5).await;
     assert!(!backlog.room(Duration::from_millis(20)).await, "no room");
     let room = backlog.room(Duration::from_secs(10));
     drop(shut);
     assert!(room.await, "room once the relay moved on");
-    wait_for(sink, 5, "every row relayed").await;
+    wait_for(sink, 8, "every row relayed").await;
     relay.stop().await;
 }
