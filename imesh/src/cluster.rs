@@ -81,6 +81,7 @@ impl ClusterSpec {
                 data_dir.display()
             )),
             max_connections: 1,
+            ..SqlConfig::default()
         };
         Self {
             auth,

@@ -129,6 +129,10 @@ pub struct SqlConfig {
     /// `sqlite://path?mode=rwc`, `postgres://…` or `mysql://…`.
     pub url: Secret,
     pub max_connections: u32,
+    /// SQLite only: how often a connection of its own copies the WAL back into the
+    /// database file, in milliseconds, so that no commit does it (`kit::sql::checkpoints`);
+    /// 0 leaves it to SQLite, inside the commit that fills 1,000 WAL pages.
+    pub checkpoint_ms: u64,
 }
 
 impl Default for SqlConfig {
@@ -136,6 +140,7 @@ impl Default for SqlConfig {
         Self {
             url: Secret::new("sqlite://data/imesh.db?mode=rwc"),
             max_connections: 16,
+            checkpoint_ms: 100,
         }
     }
 }

@@ -7,17 +7,30 @@ use sea_orm_migration::MigratorTrait;
 
 use crate::config::SqlConfig;
 
-/// Connects to the configured database; for SQLite, creates the file's folder and turns on
-/// WAL with a busy timeout so the embedded default tolerates concurrent writers.
+mod checkpoints;
+
+/// Connects to the configured database; for SQLite, creates the file's folder, turns on
+/// WAL with a busy timeout so the embedded default tolerates concurrent writers, and
+/// (unless `checkpoint_ms` is 0) starts its WAL checkpoints (`checkpoints.rs`).
 pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
     let url = config.url.expose();
-    if let Some(path) = sqlite_path(url)
+    let file = sqlite_path(url);
+    if let Some(path) = file
         && let Some(dir) = Path::new(path).parent()
         && !dir.as_os_str().is_empty()
     {
         std::fs::create_dir_all(dir)
             .map_err(|e| anyhow::anyhow!("creating {} for SQLite: {e}", dir.display()))?;
     }
+    let checkpoint_every = match (file, config.checkpoint_ms) {
+        (Some(_), 1..) => Some(Duration::from_millis(config.checkpoint_ms)),
+        _ => None,
+    };
+    let autocheckpoint = if checkpoint_every.is_some() {
+        "0"
+    } else {
+        "1000"
+    };
     let mut options = ConnectOptions::new(url);
     options
         .max_connections(config.max_connections)
@@ -28,7 +41,7 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
         .sqlx_logging(true)
         .sqlx_logging_level(log::LevelFilter::Debug)
         .sqlx_slow_statements_logging_settings(log::LevelFilter::Warn, Duration::from_secs(1))
-        .map_sqlx_sqlite_opts(|o| {
+        .map_sqlx_sqlite_opts(move |o| {
             use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
             // A 64 MiB page cache (SQLite's default is 2 MiB): the hot index pages of
             // messages, inboxes and read states stay in memory instead of being read back
@@ -38,10 +51,16 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
                 .busy_timeout(Duration::from_secs(10))
                 .pragma("cache_size", "-65536")
                 .pragma("temp_store", "memory")
+                .pragma("wal_autocheckpoint", autocheckpoint)
         });
-    Database::connect(options)
+    let db = Database::connect(options)
         .await
-        .map_err(|e| anyhow::anyhow!("connecting to the database: {e}"))
+        .map_err(|e| anyhow::anyhow!("connecting to the database: {e}"))?;
+    if let Some(every) = checkpoint_every {
+        let pool = db.get_sqlite_connection_pool().clone();
+        checkpoints::spawn(url, pool, every, checkpoints::RESTART_FRAMES)?;
+    }
+    Ok(db)
 }
 
 /// Connects and brings the schema up to date with `M`'s migrations. The migrations run on

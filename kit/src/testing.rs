@@ -71,6 +71,7 @@ pub async fn fresh_sql(backend: Backend) -> anyhow::Result<SqlConfig> {
     Ok(SqlConfig {
         url: Secret::new(url),
         max_connections: 8,
+        ..SqlConfig::default()
     })
 }
 

@@ -1,0 +1,191 @@
+//! WAL checkpoints of a SQLite database, off the writer's path.
+//!
+//! SQLite's automatic checkpoint runs inside the commit that pushes the WAL past 1,000
+//! pages: that commit (and every send waiting on it) stalls while pages are copied into
+//! the database file and synced, and the writer's thread does the copying. Instead, the
+//! serving connections never checkpoint (`wal_autocheckpoint = 0`) and one connection of
+//! its own copies the WAL back every `checkpoint_ms` (100 ms by default) with a PASSIVE
+//! checkpoint, which waits for no reader or writer. A page written many times between two
+//! checkpoints is copied once.
+//!
+//! The WAL starts over from its beginning only at a commit that finds every frame copied
+//! back, which a checkpoint running beside a busy writer never achieves: the writer always
+//! appended more meanwhile. So once the WAL holds [`RESTART_FRAMES`] after a PASSIVE
+//! checkpoint, a RESTART checkpoint holds writers off while it copies the few frames left,
+//! and the next commit starts the WAL over. Without it the WAL grew by hundreds of MB a
+//! minute under load.
+
+use std::{str::FromStr, time::Duration};
+
+use sea_orm::sqlx::{
+    self, Connection, Row,
+    sqlite::{
+        SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqliteSynchronous,
+    },
+};
+
+/// WAL frames (pages) past which writers are held off until the WAL starts over: 16 MiB.
+pub(super) const RESTART_FRAMES: i64 = 4096;
+
+/// Copies the WAL of the database at `url` back every `every` until `pool` closes, on a
+/// connection of its own (opened again after a failure), and has it start over past
+/// `restart_frames`.
+pub(super) fn spawn(
+    url: &str,
+    pool: SqlitePool,
+    every: Duration,
+    restart_frames: i64,
+) -> anyhow::Result<()> {
+    let options = SqliteConnectOptions::from_str(url)?
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(10));
+    tokio::spawn(async move {
+        let start = tokio::time::Instant::now() + every;
+        let mut every = tokio::time::interval_at(start, every);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut conn: Option<SqliteConnection> = None;
+        let closed = pool.close_event();
+        tokio::pin!(closed);
+        loop {
+            tokio::select! {
+                _ = &mut closed => break,
+                _ = every.tick() => {}
+            }
+            if conn.is_none() {
+                match SqliteConnection::connect_with(&options).await {
+                    Ok(open) => conn = Some(open),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "opening the WAL checkpointer's connection failed; trying again")
+                    }
+                }
+            }
+            let Some(open) = conn.as_mut() else { continue };
+            if let Err(e) = checkpoint(open, restart_frames).await {
+                tracing::warn!(error = %e, "WAL checkpoint failed; trying again");
+                conn = None;
+            }
+        }
+        if let Some(open) = conn {
+            let _ = open.close().await;
+        }
+    });
+    Ok(())
+}
+
+/// A PASSIVE checkpoint on `conn`, which copies what no reader still needs and waits for
+/// no one; then, when the WAL holds `restart_frames` or more, a RESTART one.
+async fn checkpoint(conn: &mut SqliteConnection, restart_frames: i64) -> Result<(), sqlx::Error> {
+    let frames = wal_frames(conn, "PRAGMA wal_checkpoint(PASSIVE)").await?;
+    if frames >= restart_frames {
+        wal_frames(conn, "PRAGMA wal_checkpoint(RESTART)").await?;
+    }
+    Ok(())
+}
+
+/// Runs the checkpoint `pragma`; returns the frames in the WAL.
+async fn wal_frames(conn: &mut SqliteConnection, pragma: &'static str) -> Result<i64, sqlx::Error> {
+    let row = sqlx::query(pragma).fetch_one(&mut *conn).await?;
+    row.try_get(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        path::{Path, PathBuf},
+        time::{Duration, Instant},
+    };
+
+    use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
+
+    use crate::{
+        config::SqlConfig,
+        testing::{Backend, fresh_sql},
+    };
+
+    /// A page's worth of bytes per row.
+    const ROW_BYTES: u64 = 4096;
+
+    /// A fresh SQLite database whose connections never checkpoint, with checkpoints every
+    /// `checkpoint_ms`; its URL and file.
+    async fn sqlite(checkpoint_ms: u64) -> (DatabaseConnection, String, PathBuf) {
+        let config = SqlConfig {
+            checkpoint_ms,
+            ..fresh_sql(Backend::Sqlite).await.unwrap()
+        };
+        let db = super::super::connect(&config).await.unwrap();
+        db.execute_unprepared("CREATE TABLE pages (id INTEGER PRIMARY KEY, body BLOB)")
+            .await
+            .unwrap();
+        let url = config.url.expose().to_owned();
+        let file = super::super::sqlite_path(&url).unwrap().into();
+        (db, url, file)
+    }
+
+    /// Writes `rows` page-sized rows in one transaction.
+    async fn write(db: &DatabaseConnection, rows: u64) {
+        let txn = db.begin().await.unwrap();
+        for _ in 0..rows.div_ceil(100) {
+            let values = vec![format!("(randomblob({ROW_BYTES}))"); 100];
+            let sql = format!("INSERT INTO pages (body) VALUES {}", values.join(", "));
+            txn.execute_unprepared(&sql).await.unwrap();
+        }
+        txn.commit().await.unwrap();
+    }
+
+    fn len(path: &Path) -> u64 {
+        std::fs::metadata(path).map_or(0, |m| m.len())
+    }
+
+    #[tokio::test]
+    async fn commits_leave_the_wal_to_the_checkpointer() {
+        let (db, _, file) = sqlite(3_600_000).await;
+        // 3,000 pages: SQLite's own checkpoint would run inside this commit (past 1,000).
+        write(&db, 3000).await;
+        assert!(
+            len(&file) < 1 << 20,
+            "the database file holds {} bytes: the commit copied the WAL back",
+            len(&file)
+        );
+        db.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_checkpointer_copies_the_wal_back() {
+        let (db, _, file) = sqlite(20).await;
+        write(&db, 3000).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while len(&file) < 3000 * ROW_BYTES {
+            assert!(
+                Instant::now() < deadline,
+                "the database file holds {} bytes after 10 s",
+                len(&file)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        db.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_wal_starts_over_under_a_writer_that_never_pauses() {
+        // Checkpoints every 20 ms that restart past 200 frames (the pool's own checkpointer
+        // sleeps for an hour).
+        let (db, url, file) = sqlite(3_600_000).await;
+        let pool = db.get_sqlite_connection_pool().clone();
+        super::spawn(&url, pool, Duration::from_millis(20), 200).unwrap();
+        // 8,000 one-page commits back to back: 32 MB of WAL, were it never started over.
+        let wal = file.with_extension("db-wal");
+        let mut largest = 0;
+        for _ in 0..8000 {
+            db.execute_unprepared("INSERT INTO pages (body) VALUES (randomblob(4000))")
+                .await
+                .unwrap();
+            largest = largest.max(len(&wal));
+        }
+        assert!(
+            largest < 8 << 20,
+            "the WAL reached {largest} bytes under 32 MB of writes"
+        );
+        db.close().await.unwrap();
+    }
+}
