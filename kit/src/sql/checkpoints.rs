@@ -13,7 +13,8 @@
 //! appended more meanwhile. So once the WAL holds [`RESTART_FRAMES`] after a PASSIVE
 //! checkpoint, a RESTART checkpoint holds writers off while it copies the few frames left,
 //! and the next commit starts the WAL over. Without it the WAL grew by hundreds of MB a
-//! minute under load.
+//! minute under load. A RESTART waits at most [`RESTART_PATIENCE`] for the writer and for
+//! readers of old frames, then gives up until the next tick.
 
 use std::{str::FromStr, time::Duration};
 
@@ -27,6 +28,9 @@ use sea_orm::sqlx::{
 /// WAL frames (pages) past which writers are held off until the WAL starts over: 16 MiB.
 pub(super) const RESTART_FRAMES: i64 = 4096;
 
+/// How long a RESTART checkpoint may hold writers off while readers finish.
+const RESTART_PATIENCE: Duration = Duration::from_millis(250);
+
 /// Copies the WAL of the database at `url` back every `every` until `pool` closes, on a
 /// connection of its own (opened again after a failure), and has it start over past
 /// `restart_frames`.
@@ -39,7 +43,9 @@ pub(super) fn spawn(
     let options = SqliteConnectOptions::from_str(url)?
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
-        .busy_timeout(Duration::from_secs(10));
+        // How long a RESTART waits for the writer, then for readers of old frames (writers
+        // held off meanwhile), before it gives up until the next tick.
+        .busy_timeout(RESTART_PATIENCE);
     tokio::spawn(async move {
         let start = tokio::time::Instant::now() + every;
         let mut every = tokio::time::interval_at(start, every);
