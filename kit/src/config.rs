@@ -130,8 +130,9 @@ pub struct SqlConfig {
     pub url: Secret,
     pub max_connections: u32,
     /// SQLite only: how often a connection of its own copies the WAL back into the
-    /// database file, in milliseconds, so that no commit does it (`kit::sql::checkpoints`);
-    /// 0 leaves it to SQLite, inside the commit that fills 1,000 WAL pages.
+    /// database file, in milliseconds (at most an hour), so that no commit does it
+    /// (`kit/src/sql/checkpoints.rs`); 0 leaves it to SQLite, inside the commit that fills
+    /// 1,000 WAL pages.
     pub checkpoint_ms: u64,
 }
 

@@ -22,10 +22,7 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
         std::fs::create_dir_all(dir)
             .map_err(|e| anyhow::anyhow!("creating {} for SQLite: {e}", dir.display()))?;
     }
-    let checkpoint_every = match (file, config.checkpoint_ms) {
-        (Some(_), 1..) => Some(Duration::from_millis(config.checkpoint_ms)),
-        _ => None,
-    };
+    let checkpoint_every = checkpoints::every(config.checkpoint_ms)?.filter(|_| file.is_some());
     let autocheckpoint = if checkpoint_every.is_some() {
         "0"
     } else {

@@ -9,6 +9,15 @@ use sea_orm::{ConnectionTrait, Database};
 
 use crate::config::{RedisConfig, Secret, SqlConfig};
 
+/// Polls `done` until it holds, failing with `what` after 10 s.
+pub async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,

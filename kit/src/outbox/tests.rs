@@ -4,7 +4,7 @@ use parking_lot::Mutex;
 use sea_orm::TransactionTrait;
 
 use super::*;
-use crate::testing;
+use crate::testing::{self, until};
 
 const TABLE: &str = "test_outbox";
 
@@ -138,15 +138,6 @@ async fn commit(outbox: &SqlOutbox, rows: &[OutboxRow]) {
 
 async fn wait_for(sink: &GatedSink, count: usize, what: &str) {
     until(what, || sink.got.lock().len() >= count).await;
-}
-
-/// Polls `done` until it holds, failing with `what` after 10 s.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 /// A relay of `batch` rows running on `backend`, past row 1 (left in the table before it

@@ -15,8 +15,17 @@
 //! and the next commit starts the WAL over. Without it the WAL grew by hundreds of MB a
 //! minute under load. A RESTART waits at most [`RESTART_PATIENCE`] for the writer and for
 //! readers of old frames, then gives up until the next tick.
+//!
+//! A tick that finds the WAL file unmodified since the last checkpoint does nothing: an
+//! idle database costs a `stat`, not a statement on another thread. (A commit in the same
+//! clock tick as the one before may then wait in the WAL for the next write; it is as
+//! durable and as readable there.)
 
-use std::{str::FromStr, time::Duration};
+use std::{
+    path::Path,
+    str::FromStr,
+    time::{Duration, SystemTime},
+};
 
 use sea_orm::sqlx::{
     self, Connection, Row,
@@ -30,6 +39,19 @@ pub(super) const RESTART_FRAMES: i64 = 4096;
 
 /// How long a RESTART checkpoint may hold writers off while readers finish.
 const RESTART_PATIENCE: Duration = Duration::from_millis(250);
+
+/// The longest `checkpoint_ms`.
+const MAX_INTERVAL_MS: u64 = 3_600_000;
+
+/// The interval `checkpoint_ms` asks for: `None` for 0 (SQLite's own checkpoints), an
+/// error naming the setting past an hour.
+pub(super) fn every(checkpoint_ms: u64) -> anyhow::Result<Option<Duration>> {
+    match checkpoint_ms {
+        0 => Ok(None),
+        1..=MAX_INTERVAL_MS => Ok(Some(Duration::from_millis(checkpoint_ms))),
+        _ => anyhow::bail!("database.checkpoint_ms: must be 0–{MAX_INTERVAL_MS} (an hour)"),
+    }
+}
 
 /// Copies the WAL of the database at `url` back every `every` until `pool` closes, on a
 /// connection of its own (opened again after a failure), and has it start over past
@@ -46,17 +68,24 @@ pub(super) fn spawn(
         // How long a RESTART waits for the writer, then for readers of old frames (writers
         // held off meanwhile), before it gives up until the next tick.
         .busy_timeout(RESTART_PATIENCE);
+    let wal = format!("{}-wal", super::sqlite_path(url).unwrap_or_default());
     tokio::spawn(async move {
         let start = tokio::time::Instant::now() + every;
         let mut every = tokio::time::interval_at(start, every);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut conn: Option<SqliteConnection> = None;
+        // When the WAL file was last written as of the last checkpoint that succeeded.
+        let mut checkpointed: Option<SystemTime> = None;
         let closed = pool.close_event();
         tokio::pin!(closed);
         loop {
             tokio::select! {
                 _ = &mut closed => break,
                 _ = every.tick() => {}
+            }
+            let written = modified(Path::new(&wal));
+            if written.is_some() && written == checkpointed {
+                continue;
             }
             if conn.is_none() {
                 match SqliteConnection::connect_with(&options).await {
@@ -67,9 +96,12 @@ pub(super) fn spawn(
                 }
             }
             let Some(open) = conn.as_mut() else { continue };
-            if let Err(e) = checkpoint(open, restart_frames).await {
-                tracing::warn!(error = %e, "WAL checkpoint failed; trying again");
-                conn = None;
+            match checkpoint(open, restart_frames).await {
+                Ok(()) => checkpointed = written,
+                Err(e) => {
+                    tracing::warn!(error = %e, "WAL checkpoint failed; trying again");
+                    conn = None;
+                }
             }
         }
         if let Some(open) = conn {
@@ -77,6 +109,11 @@ pub(super) fn spawn(
         }
     });
     Ok(())
+}
+
+/// When the file at `path` was last written; `None` when it cannot be read.
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 /// A PASSIVE checkpoint on `conn`, which copies what no reader still needs and waits for
@@ -99,14 +136,14 @@ async fn wal_frames(conn: &mut SqliteConnection, pragma: &'static str) -> Result
 mod tests {
     use std::{
         path::{Path, PathBuf},
-        time::{Duration, Instant},
+        time::Duration,
     };
 
     use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 
     use crate::{
         config::SqlConfig,
-        testing::{Backend, fresh_sql},
+        testing::{Backend, fresh_sql, until},
     };
 
     /// A page's worth of bytes per row.
@@ -160,15 +197,10 @@ mod tests {
     async fn the_checkpointer_copies_the_wal_back() {
         let (db, _, file) = sqlite(20).await;
         write(&db, 3000).await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while len(&file) < 3000 * ROW_BYTES {
-            assert!(
-                Instant::now() < deadline,
-                "the database file holds {} bytes after 10 s",
-                len(&file)
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until("the database file holds the 3,000 pages", || {
+            len(&file) >= 3000 * ROW_BYTES
+        })
+        .await;
         db.close().await.unwrap();
     }
 
@@ -193,5 +225,44 @@ mod tests {
             "the WAL reached {largest} bytes under 32 MB of writes"
         );
         db.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn without_an_interval_sqlite_checkpoints_inside_the_commit() {
+        let (db, _, file) = sqlite(0).await;
+        write(&db, 3000).await;
+        assert!(
+            len(&file) >= 3000 * ROW_BYTES,
+            "the database file holds {} bytes right after the commit",
+            len(&file)
+        );
+        db.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_checkpointer_lets_go_when_its_pool_closes() {
+        let (db, _, file) = sqlite(20).await;
+        write(&db, 100).await;
+        until("the checkpointer copies the WAL back", || {
+            len(&file) >= 100 * ROW_BYTES
+        })
+        .await;
+        db.close().await.unwrap();
+        // SQLite removes the WAL when its last connection closes.
+        let wal = file.with_extension("db-wal");
+        until("the WAL is removed", || !wal.exists()).await;
+    }
+
+    #[tokio::test]
+    async fn an_interval_past_an_hour_is_refused_by_name() {
+        let config = SqlConfig {
+            checkpoint_ms: 3_600_001,
+            ..fresh_sql(Backend::Sqlite).await.unwrap()
+        };
+        let refused = super::super::connect(&config).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("database.checkpoint_ms"),
+            "{refused:#}"
+        );
     }
 }
