@@ -51,14 +51,25 @@ pub async fn insert(
     if rows.is_empty() {
         return Ok(());
     }
+    conn.execute_raw(insert_statement(conn.get_database_backend(), table, rows))
+        .await?;
+    Ok(())
+}
+
+/// The statement [`insert`] runs, for a transaction written with [`crate::sql::commit`].
+/// `rows` must not be empty.
+pub fn insert_statement(
+    backend: sea_orm::DatabaseBackend,
+    table: &str,
+    rows: &[OutboxRow],
+) -> sea_orm::Statement {
     let mut stmt = Query::insert();
     stmt.into_table(Alias::new(table))
         .columns([Col::Id, Col::Payload]);
     for row in rows {
         stmt.values_panic([row.id.into(), row.payload.clone().into()]);
     }
-    conn.execute(&stmt).await?;
-    Ok(())
+    backend.build(&stmt)
 }
 
 /// Reads and acknowledges the rows of one outbox table.

@@ -8,6 +8,9 @@ use sea_orm_migration::MigratorTrait;
 use crate::config::SqlConfig;
 
 mod checkpoints;
+mod scripts;
+
+pub use scripts::commit;
 
 /// Connects to the configured database; for SQLite, creates the file's folder, turns on
 /// WAL with a busy timeout so the embedded default tolerates concurrent writers, and
@@ -29,6 +32,15 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
         "1000"
     };
     let mut options = ConnectOptions::new(url);
+    if file.is_some() || url.starts_with("sqlite:") {
+        // A SQLite connection is a file handle: it cannot be dropped by a server, and a
+        // ping before every checkout is one more round trip to its worker thread.
+        options.test_before_acquire(false);
+    } else {
+        // Hot connections go straight out; one idle long enough for a server, proxy or
+        // firewall to have dropped it is pinged first.
+        options.test_before_acquire_if_idle_for(Duration::from_secs(10));
+    }
     options
         .max_connections(config.max_connections)
         .connect_timeout(Duration::from_secs(5))

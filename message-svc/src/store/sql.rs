@@ -7,7 +7,7 @@ use imesh_kit::{
 };
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait,
-    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    QueryFilter, QueryOrder, QuerySelect, QueryTrait, TransactionTrait,
 };
 use sea_orm_migration::{prelude::*, schema::*};
 
@@ -205,12 +205,9 @@ pub(super) async fn write_appends(
             Ord::max(entry.1, m.server_time_ms),
         );
     }
-    let txn = db.begin().await?;
-    messages::Entity::insert_many(rows)
-        .exec_without_returning(&txn)
-        .await?;
+    let backend = db.get_database_backend();
     let raise = imesh_kit::sql::upsert_max(
-        txn.get_database_backend(),
+        backend,
         "conversations",
         &["id", "max_seq", "updated_at_ms"],
         &["id"],
@@ -220,10 +217,13 @@ pub(super) async fn write_appends(
             .map(|(id, (seq, at))| vec![id.into(), seq.into(), at.into()])
             .collect(),
     );
-    txn.execute_raw(raise).await?;
     let events: Vec<OutboxRow> = batch.iter().map(|a| a.event.clone()).collect();
-    outbox::insert(&txn, OUTBOX_TABLE, &events).await?;
-    txn.commit().await?;
+    let statements = [
+        messages::Entity::insert_many(rows).build(backend),
+        raise,
+        outbox::insert_statement(backend, OUTBOX_TABLE, &events),
+    ];
+    imesh_kit::sql::commit(db, &statements).await?;
     Ok(())
 }
 

@@ -80,7 +80,8 @@ impl InboxStore for SqlInboxStore {
         if events.is_empty() {
             return Ok(());
         }
-        let txn = self.db.begin().await?;
+        let backend = self.db.get_database_backend();
+        let mut statements = Vec::new();
         let mut insert = Query::insert();
         insert.into_table(SyncEvents::Table).columns([
             SyncEvents::Id,
@@ -94,7 +95,7 @@ impl InboxStore for SqlInboxStore {
                 e.payload.to_vec().into(),
             ]);
         }
-        txn.execute(&insert).await?;
+        statements.push(backend.build(&insert));
         let entries: Vec<(i64, i64, i64)> = events
             .iter()
             .flat_map(|e| e.entries.iter().map(|(user, seq)| (*user, *seq, e.id)))
@@ -109,11 +110,22 @@ impl InboxStore for SqlInboxStore {
             for (user, seq, event) in chunk {
                 insert.values_panic([(*user).into(), (*seq).into(), (*event).into()]);
             }
-            txn.execute(&insert).await?;
+            statements.push(backend.build(&insert));
         }
-        let created = reads::apply_marks(&txn, events, &self.known).await?;
-        receipts::allocate(&txn, events).await?;
-        txn.commit().await?;
+        let (marks, created) = reads::marks(backend, events, &self.known);
+        statements.extend(marks);
+        if receipts::asked(events) {
+            // Receipt slots are placed after the conversation's last one, read in the
+            // same transaction.
+            let txn = self.db.begin().await?;
+            for statement in statements {
+                txn.execute_raw(statement).await?;
+            }
+            receipts::allocate(&txn, events).await?;
+            txn.commit().await?;
+        } else {
+            imesh_kit::sql::commit(&self.db, &statements).await?;
+        }
         self.known.remember(&created);
         Ok(())
     }

@@ -9,7 +9,9 @@ use imesh_kit::{
     sql::{Merge, upsert},
 };
 use parking_lot::Mutex;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, QueryResult};
+use sea_orm::{
+    ConnectionTrait, DatabaseBackend, DatabaseConnection, DbErr, QueryResult, Statement,
+};
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::CHUNK;
@@ -78,14 +80,14 @@ struct Latest<'a> {
     mention_all_seq: i64,
 }
 
-/// Applies the events' marks inside their append transaction; returns the read states it
-/// created, to remember once the transaction commits.
-pub(super) async fn apply_marks(
-    txn: &DatabaseTransaction,
+/// The statements that apply the events' marks, for their append transaction, and the
+/// read states they create, to remember once the transaction commits.
+pub(super) fn marks(
+    backend: DatabaseBackend,
     events: &[StoredEvent],
     known: &KnownStates,
-) -> Result<Vec<(i64, String)>, DbErr> {
-    let backend = txn.get_database_backend();
+) -> (Vec<Statement>, Vec<(i64, String)>) {
+    let mut statements = Vec::new();
     let mut latest: HashMap<&str, Latest<'_>> = HashMap::new();
     let mut starts: HashMap<(i64, &str), i64> = HashMap::new();
     let mut raised: HashMap<(i64, &str), (i64, i64)> = HashMap::new();
@@ -176,7 +178,7 @@ pub(super) async fn apply_marks(
             ],
             chunk.to_vec(),
         );
-        txn.execute_raw(stmt).await?;
+        statements.push(stmt);
     }
     let created: Vec<(i64, String)> = starts.keys().map(|(u, c)| (*u, (*c).to_owned())).collect();
     let columns = ["user_id", "conversation_id", "read_seq", "mention_seq"];
@@ -187,7 +189,7 @@ pub(super) async fn apply_marks(
         .collect();
     for chunk in rows.chunks(CHUNK / 4) {
         let stmt = upsert(backend, "read_states", &columns, &key, &[], chunk.to_vec());
-        txn.execute_raw(stmt).await?;
+        statements.push(stmt);
     }
     let rows: Vec<Vec<sea_orm::Value>> = raised
         .iter()
@@ -210,7 +212,7 @@ pub(super) async fn apply_marks(
             &merges,
             chunk.to_vec(),
         );
-        txn.execute_raw(stmt).await?;
+        statements.push(stmt);
     }
     for (conversation, seq, by, at_ms) in recalls {
         let stmt = Query::update()
@@ -220,9 +222,9 @@ pub(super) async fn apply_marks(
             .and_where(Expr::col(ConversationStates::ConversationId).eq(conversation))
             .and_where(Expr::col(ConversationStates::MaxSeq).eq(seq))
             .to_owned();
-        txn.execute(&stmt).await?;
+        statements.push(backend.build(&stmt));
     }
-    Ok(created)
+    (statements, created)
 }
 
 /// `read_states` joined with their conversation's state, for `user`.

@@ -25,6 +25,16 @@ enum Receipts {
     ByteLen,
 }
 
+/// Whether any of the events is a message asking for read receipts.
+pub(super) fn asked(events: &[StoredEvent]) -> bool {
+    events.iter().any(|event| {
+        matches!(
+            &event.mark,
+            Some(mark) if matches!(mark.change, Change::Message { receipt_bound, .. } if receipt_bound > 0)
+        )
+    })
+}
+
 /// Records the events' receipt messages inside their append transaction.
 pub(super) async fn allocate(
     txn: &DatabaseTransaction,
