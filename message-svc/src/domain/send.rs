@@ -70,23 +70,7 @@ struct Draft {
 enum Step {
     Checked(Checked),
     Drafted(Draft),
-    /// Refused by the rate limit or the gate: unless it retries a stored send.
-    Refused {
-        sender_id: i64,
-        client_msg_id: String,
-        error: Error,
-    },
     Done(Result<Sent, Error>),
-}
-
-impl Step {
-    fn refused(checked: &Checked, error: Error) -> Self {
-        Self::Refused {
-            sender_id: checked.sender.id(),
-            client_msg_id: checked.client_msg_id.clone(),
-            error,
-        }
-    }
 }
 
 impl Messages {
@@ -126,15 +110,15 @@ impl Messages {
                 Err(e) => Step::Done(Err(e)),
             })
             .collect();
+        self.answer_retries(&mut steps).await?;
         for step in &mut steps {
             if let Step::Checked(c) = step
                 && let Err(limited) = self.rate_check(c)
             {
-                *step = Step::refused(c, limited);
+                *step = Step::Done(Err(limited));
             }
         }
         let steps = self.gate_all(steps).await;
-        let steps = self.answer_retries(steps).await?;
         let mut outcomes: Vec<Option<Result<Sent, Error>>> = Vec::with_capacity(steps.len());
         let mut ready = Vec::new();
         for step in steps {
@@ -144,9 +128,7 @@ impl Messages {
                     outcomes.push(None);
                 }
                 Step::Done(outcome) => outcomes.push(Some(outcome)),
-                Step::Checked(_) | Step::Refused { .. } => {
-                    unreachable!("the gate decides every checked send, retries every refused one")
-                }
+                Step::Checked(_) => unreachable!("the gate decides every checked send"),
             }
         }
         let mut stored = self.commit(ready).await?.into_iter();
@@ -177,39 +159,29 @@ impl Messages {
         })
     }
 
-    /// Answers the refused sends that retry a stored one with its result (one lookup for
-    /// the batch), and the rest with their refusal. Sends that pass are not looked up: a
-    /// retry of a stored send loses the race for its key at the commit, which answers it
-    /// then, so a batch of new sends costs no read.
-    async fn answer_retries(&self, steps: Vec<Step>) -> Result<Vec<Step>, Error> {
+    /// Answers retries of stored sends (one lookup for the batch).
+    async fn answer_retries(&self, steps: &mut [Step]) -> Result<(), Error> {
         let keys: Vec<(i64, &str)> = steps
             .iter()
             .filter_map(|s| match s {
-                Step::Refused {
-                    sender_id,
-                    client_msg_id,
-                    ..
-                } => Some((*sender_id, client_msg_id.as_str())),
+                Step::Checked(c) => Some((c.sender.id(), c.client_msg_id.as_str())),
                 _ => None,
             })
             .collect();
         if keys.is_empty() {
-            return Ok(steps);
+            return Ok(());
         }
-        let mut found = self.store.find_sent_many(&keys).await?.into_iter();
-        Ok(steps
-            .into_iter()
-            .map(|step| match step {
-                Step::Refused { error, .. } => Step::Done(match found.next().flatten() {
-                    Some(sent) => Ok(Sent {
-                        duplicate: true,
-                        ..sent
-                    }),
-                    None => Err(error),
-                }),
-                other => other,
-            })
-            .collect())
+        let found = self.store.find_sent_many(&keys).await?;
+        let checked = steps.iter_mut().filter(|s| matches!(s, Step::Checked(_)));
+        for (step, earlier) in checked.zip(found) {
+            if let Some(sent) = earlier {
+                *step = Step::Done(Ok(Sent {
+                    duplicate: true,
+                    ..sent
+                }));
+            }
+        }
+        Ok(())
     }
 
     fn rate_check(&self, checked: &Checked) -> Result<(), Error> {
@@ -251,14 +223,9 @@ impl Messages {
             let Step::Checked(checked) = step else {
                 return step;
             };
-            let (sender_id, client_msg_id) = (checked.sender.id(), checked.client_msg_id.clone());
             match self.draft(checked, relations).await {
                 Ok(draft) => Step::Drafted(draft),
-                Err(error) => Step::Refused {
-                    sender_id,
-                    client_msg_id,
-                    error,
-                },
+                Err(e) => Step::Done(Err(e)),
             }
         }))
         .await
