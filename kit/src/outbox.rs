@@ -392,11 +392,11 @@ impl Relay {
             }
         }
         // Delivered rows are deleted before the relay stops (or delivered again next time).
-        let _ = removing.finish().await;
+        let _ = removing.finish(&self.outbox).await;
     }
 
-    /// Delivers `first` and the rows handed over after it (up to a batch), then starts
-    /// deleting them while the next batch is delivered.
+    /// Delivers `first` and the rows handed over after it (up to a batch), then queues
+    /// them for deletion ([`Removing`]).
     async fn relay_handed(
         &self,
         first: OutboxRow,
@@ -408,8 +408,10 @@ impl Relay {
         rows.extend(self.handed.try_iter().take(self.batch as usize - 1));
         self.backlog.taken.notify_waiters();
         self.sink.deliver(&rows).await?;
-        removing.finish().await?;
-        removing.start(&self.outbox, rows.iter().map(|r| r.id).collect());
+        let ids = rows.iter().map(|r| r.id);
+        removing
+            .delivered(&self.outbox, ids, self.batch as usize)
+            .await?;
         self.count_relayed(table, rows.len());
         let last = rows.last().expect("a batch holds its first row");
         self.backlog.delivered(last, !self.handed.is_empty());
@@ -430,7 +432,7 @@ impl Relay {
         self.handoff.missed.store(false, Ordering::Release);
         self.handed.drain();
         self.backlog.taken.notify_waiters();
-        removing.finish().await?;
+        removing.finish(&self.outbox).await?;
         loop {
             let rows = self.outbox.pending(self.batch).await?;
             let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
@@ -452,20 +454,55 @@ impl Relay {
     }
 }
 
-/// The deletion of the last batch of handed-over rows, under way while the next one is
-/// delivered.
+/// How long delivered rows may wait to be deleted: under light load the relay deletes
+/// once per interval instead of once per batch, each DELETE a trip to the database. A
+/// crash before the deletion delivers those rows again, which sinks must tolerate anyway.
+const REMOVE_AFTER: Duration = Duration::from_millis(100);
+
+/// Handed-over rows delivered and not deleted yet, and the deletion under way (it runs
+/// while the next batch is delivered).
 #[derive(Default)]
-struct Removing(Option<tokio::task::JoinHandle<Result<(), StoreError>>>);
+struct Removing {
+    delivered: Vec<i64>,
+    since: Option<tokio::time::Instant>,
+    task: Option<tokio::task::JoinHandle<Result<(), StoreError>>>,
+}
 
 impl Removing {
-    fn start(&mut self, outbox: &SqlOutbox, ids: Vec<i64>) {
+    /// Adds delivered rows; once `at_least` of them or [`REMOVE_AFTER`] have gathered,
+    /// starts deleting them (after the deletion before has finished).
+    async fn delivered(
+        &mut self,
+        outbox: &SqlOutbox,
+        ids: impl IntoIterator<Item = i64>,
+        at_least: usize,
+    ) -> anyhow::Result<()> {
+        self.delivered.extend(ids);
+        let since = *self.since.get_or_insert_with(tokio::time::Instant::now);
+        if self.delivered.len() < at_least && since.elapsed() < REMOVE_AFTER {
+            return Ok(());
+        }
+        self.wait().await?;
+        let ids = std::mem::take(&mut self.delivered);
+        self.since = None;
         let outbox = outbox.clone();
-        self.0 = Some(tokio::spawn(async move { outbox.remove(&ids).await }));
+        self.task = Some(tokio::spawn(async move { outbox.remove(&ids).await }));
+        Ok(())
     }
 
-    /// Waits for the deletion under way, if any.
-    async fn finish(&mut self) -> anyhow::Result<()> {
-        match self.0.take() {
+    /// Waits for the deletion under way, then deletes the rest.
+    async fn finish(&mut self, outbox: &SqlOutbox) -> anyhow::Result<()> {
+        self.wait().await?;
+        if !self.delivered.is_empty() {
+            outbox.remove(&self.delivered).await?;
+            self.delivered.clear();
+            self.since = None;
+        }
+        Ok(())
+    }
+
+    async fn wait(&mut self) -> anyhow::Result<()> {
+        match self.task.take() {
             Some(task) => Ok(task.await??),
             None => Ok(()),
         }

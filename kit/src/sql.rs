@@ -36,10 +36,6 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
         // A SQLite connection is a file handle: it cannot be dropped by a server, and a
         // ping before every checkout is one more round trip to its worker thread.
         options.test_before_acquire(false);
-    } else {
-        // Hot connections go straight out; one idle long enough for a server, proxy or
-        // firewall to have dropped it is pinged first.
-        options.test_before_acquire_if_idle_for(Duration::from_secs(10));
     }
     options
         .max_connections(config.max_connections)

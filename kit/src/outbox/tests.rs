@@ -205,6 +205,23 @@ async fn rows_handed_over_are_relayed_from_memory_in_order_then_deleted() {
 }
 
 #[tokio::test]
+async fn rows_delivered_before_a_stop_are_deleted_by_it() {
+    for backend in testing::sql_backends() {
+        // A batch of 100 and one row: its deletion waits for more rows or REMOVE_AFTER.
+        let relay = running(backend, 100).await;
+        commit(&relay.outbox, &rows(2..=2, b"table")).await;
+        relay.handoff.committed(rows(2..=2, b"memory"));
+        wait_for(&relay.sink, 2, "the handed row relayed").await;
+        let outbox = relay.outbox.clone();
+        relay.stop().await;
+        assert!(
+            outbox.pending(1).await.unwrap().is_empty(),
+            "a delivered row left for the next start on {backend:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn rows_that_do_not_fit_the_handoff_are_relayed_from_the_table_once_and_in_order() {
     for backend in testing::sql_backends() {
         // Room for 64 batches of 2 rows in memory.
