@@ -10,7 +10,7 @@ use crate::config::SqlConfig;
 mod checkpoints;
 mod scripts;
 
-pub use scripts::commit;
+pub use scripts::{commit, execute_all};
 
 /// Connects to the configured database; for SQLite, creates the file's folder, turns on
 /// WAL with a busy timeout so the embedded default tolerates concurrent writers, and
@@ -32,7 +32,7 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
         "1000"
     };
     let mut options = ConnectOptions::new(url);
-    if file.is_some() || url.starts_with("sqlite:") {
+    if url.starts_with("sqlite:") {
         // A SQLite connection is a file handle: it cannot be dropped by a server, and a
         // ping before every checkout is one more round trip to its worker thread.
         options.test_before_acquire(false);

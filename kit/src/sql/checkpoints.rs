@@ -180,17 +180,24 @@ mod tests {
         std::fs::metadata(path).map_or(0, |m| m.len())
     }
 
+    /// The database file's length right after one 3,000-page commit (SQLite's own
+    /// checkpoint would run inside it: past 1,000 pages) with checkpoints every
+    /// `checkpoint_ms`.
+    async fn file_after_a_big_commit(checkpoint_ms: u64) -> u64 {
+        let (db, _, file) = sqlite(checkpoint_ms).await;
+        write(&db, 3000).await;
+        let length = len(&file);
+        db.close().await.unwrap();
+        length
+    }
+
     #[tokio::test]
     async fn commits_leave_the_wal_to_the_checkpointer() {
-        let (db, _, file) = sqlite(3_600_000).await;
-        // 3,000 pages: SQLite's own checkpoint would run inside this commit (past 1,000).
-        write(&db, 3000).await;
+        let length = file_after_a_big_commit(3_600_000).await;
         assert!(
-            len(&file) < 1 << 20,
-            "the database file holds {} bytes: the commit copied the WAL back",
-            len(&file)
+            length < 1 << 20,
+            "the database file holds {length} bytes: the commit copied the WAL back"
         );
-        db.close().await.unwrap();
     }
 
     #[tokio::test]
@@ -229,14 +236,11 @@ mod tests {
 
     #[tokio::test]
     async fn without_an_interval_sqlite_checkpoints_inside_the_commit() {
-        let (db, _, file) = sqlite(0).await;
-        write(&db, 3000).await;
+        let length = file_after_a_big_commit(0).await;
         assert!(
-            len(&file) >= 3000 * ROW_BYTES,
-            "the database file holds {} bytes right after the commit",
-            len(&file)
+            length >= 3000 * ROW_BYTES,
+            "the database file holds {length} bytes right after the commit"
         );
-        db.close().await.unwrap();
     }
 
     #[tokio::test]

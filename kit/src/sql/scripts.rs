@@ -21,10 +21,20 @@ pub async fn commit(db: &DatabaseConnection, statements: &[Statement]) -> Result
         return commit_script(db, statements).await;
     }
     let txn = db.begin().await?;
-    for statement in statements {
-        txn.execute_raw(statement.clone()).await?;
-    }
+    execute_all(&txn, statements.iter().cloned()).await?;
     txn.commit().await
+}
+
+/// Runs `statements` in order on `conn` (an open transaction, for a transaction that
+/// must also read).
+pub async fn execute_all(
+    conn: &impl ConnectionTrait,
+    statements: impl IntoIterator<Item = Statement>,
+) -> Result<(), DbErr> {
+    for statement in statements {
+        conn.execute_raw(statement).await?;
+    }
+    Ok(())
 }
 
 async fn commit_script(db: &DatabaseConnection, statements: &[Statement]) -> Result<(), DbErr> {

@@ -118,9 +118,7 @@ impl InboxStore for SqlInboxStore {
             // Receipt slots are placed after the conversation's last one, read in the
             // same transaction.
             let txn = self.db.begin().await?;
-            for statement in statements {
-                txn.execute_raw(statement).await?;
-            }
+            imesh_kit::sql::execute_all(&txn, statements).await?;
             receipts::allocate(&txn, events).await?;
             txn.commit().await?;
         } else {
