@@ -17,9 +17,10 @@
 //! readers of old frames, then gives up until the next tick.
 //!
 //! A tick that finds the WAL file unmodified since the last checkpoint does nothing: an
-//! idle database costs a `stat`, not a statement on another thread. (A commit in the same
-//! clock tick as the one before may then wait in the WAL for the next write; it is as
-//! durable and as readable there.)
+//! idle database costs a `stat`, not a statement on another thread. File times are coarse
+//! (a few ms), so a write in the same tick as the `stat` before a checkpoint would leave
+//! the time unchanged and its frames uncopied until the next write; a time is trusted
+//! only once it is [`SETTLED`] old, and until then every tick checkpoints.
 
 use std::{
     path::Path,
@@ -39,6 +40,10 @@ pub(super) const RESTART_FRAMES: i64 = 4096;
 
 /// How long a RESTART checkpoint may hold writers off while readers finish.
 const RESTART_PATIENCE: Duration = Duration::from_millis(250);
+
+/// How old a WAL file's modification time must be before an unchanged time is taken to
+/// mean no write since: well past the file system's timestamp granularity.
+const SETTLED: Duration = Duration::from_millis(50);
 
 /// The longest `checkpoint_ms`.
 const MAX_INTERVAL_MS: u64 = 3_600_000;
@@ -74,7 +79,8 @@ pub(super) fn spawn(
         let mut every = tokio::time::interval_at(start, every);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut conn: Option<SqliteConnection> = None;
-        // When the WAL file was last written as of the last checkpoint that succeeded.
+        // When the WAL file was last written as of the last checkpoint that succeeded, once
+        // that time had settled.
         let mut checkpointed: Option<SystemTime> = None;
         let closed = pool.close_event();
         tokio::pin!(closed);
@@ -83,6 +89,7 @@ pub(super) fn spawn(
                 _ = &mut closed => break,
                 _ = every.tick() => {}
             }
+            let now = SystemTime::now();
             let written = modified(Path::new(&wal));
             if written.is_some() && written == checkpointed {
                 continue;
@@ -97,7 +104,10 @@ pub(super) fn spawn(
             }
             let Some(open) = conn.as_mut() else { continue };
             match checkpoint(open, restart_frames).await {
-                Ok(()) => checkpointed = written,
+                Ok(()) => {
+                    checkpointed =
+                        written.filter(|w| now.duration_since(*w).is_ok_and(|age| age >= SETTLED));
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "WAL checkpoint failed; trying again");
                     conn = None;
