@@ -104,12 +104,14 @@ pub fn wire(
 ) -> anyhow::Result<(api::GroupApi, Relay)> {
     let ids = Arc::new(Snowflake::new(node_id));
     let caller = Caller::new(&auth.internal_secret)?;
+    let forgets = Arc::new(std::sync::OnceLock::new());
     let relay = Relay::new(
         SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
         Arc::new(notices::TimelineSink::new(
             SyncSink::new(grpc::channel(&config.sync_addr)?, caller.clone()),
             grpc::channel(&config.message_addr)?,
             caller,
+            forgets.clone(),
         )),
         config.outbox_batch,
     );
@@ -125,6 +127,7 @@ pub fn wire(
         Duration::from_millis(config.gate_ttl_ms),
         config.gate_max_groups,
     ));
+    let _ = forgets.set(gate.clone());
     let roster = Roster::new(store.clone(), rosters);
     let groups = Arc::new(Groups::new(
         store,

@@ -4,6 +4,8 @@
 //! change and the call loses nothing; message-svc keys each notice on the group's version,
 //! so the relay's retries store it once.
 
+use std::sync::{Arc, OnceLock};
+
 use imesh_kit::grpc::Channel;
 use imesh_kit::{
     identity::{Actor, Caller},
@@ -18,19 +20,31 @@ use imesh_protos::{
 };
 use prost::Message as _;
 
-/// The relay's sink: sync-svc first, then the timeline notice of each change that has one.
+use crate::domain::Gate;
+
+/// The relay's sink: the changed groups forgotten by the gate, then sync-svc, then the
+/// timeline notice of each change that has one.
 pub struct TimelineSink {
     sync: SyncSink,
     messages: MessageServiceClient<Channel>,
     caller: Caller,
+    gate: Arc<OnceLock<Arc<Gate>>>,
 }
 
 impl TimelineSink {
-    pub fn new(sync: SyncSink, messages: Channel, caller: Caller) -> Self {
+    /// `gate` is set once the gate is built (it is built over the store this sink's relay
+    /// serves).
+    pub fn new(
+        sync: SyncSink,
+        messages: Channel,
+        caller: Caller,
+        gate: Arc<OnceLock<Arc<Gate>>>,
+    ) -> Self {
         Self {
             sync,
             messages: MessageServiceClient::new(messages),
             caller,
+            gate,
         }
     }
 }
@@ -38,6 +52,21 @@ impl TimelineSink {
 #[async_trait::async_trait]
 impl Sink for TimelineSink {
     async fn deliver(&self, rows: &[OutboxRow]) -> anyhow::Result<()> {
+        // The handler forgets a changed group after its commit, and the relay may deliver
+        // the change before that: nobody may see a change (a kick's notice, say) while
+        // the gate can still answer with the members before it.
+        if let Some(gate) = self.gate.get() {
+            let mut groups: Vec<i64> = rows
+                .iter()
+                .filter_map(|row| group_change(&row.payload))
+                .filter_map(|changed| changed.group.map(|g| g.group_id))
+                .collect();
+            groups.sort_unstable();
+            groups.dedup();
+            for group_id in groups {
+                gate.forget(group_id).await;
+            }
+        }
         self.sync.deliver(rows).await?;
         for row in rows {
             let Some(request) = notice_of(&row.payload) else {
@@ -62,20 +91,24 @@ impl Sink for TimelineSink {
     }
 }
 
+/// The group change an outbox row carries, if it carries one.
+fn group_change(payload: &[u8]) -> Option<GroupChanged> {
+    match Fanout::decode(payload).ok()?.event?.kind? {
+        Kind::Group(changed) => Some(changed),
+        _ => None,
+    }
+}
+
 /// The notice a group change shows in the conversation, if it shows one. Personal changes
 /// (a member's mute, alias) and join requests do not; super groups skip members coming and
 /// going, which would drown their conversation.
 pub fn notice_of(payload: &[u8]) -> Option<SendNoticeRequest> {
-    let fanout = Fanout::decode(payload).ok()?;
-    let Some(Kind::Group(changed)) = fanout.event?.kind else {
-        return None;
-    };
     let GroupChanged {
         group,
         op,
         operator_id,
         members,
-    } = changed;
+    } = group_change(payload)?;
     let group = group?;
     let churn = matches!(op.as_str(), "invited" | "joined" | "quit" | "kicked");
     if churn && group.r#type() == GroupType::Super {
