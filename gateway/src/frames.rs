@@ -32,7 +32,7 @@ pub fn status(request_id: u64, status: &Status) -> Bytes {
 pub fn retry_after_ms(status: &Status) -> u64 {
     status
         .metadata()
-        .get("retry-after-ms")
+        .get(imesh_kit::error::RETRY_AFTER_HEADER)
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(0)
 }

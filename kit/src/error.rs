@@ -35,6 +35,10 @@ impl From<fred::error::Error> for StoreError {
     }
 }
 
+/// The trailer of a RESOURCE_EXHAUSTED or UNAVAILABLE answer saying how many milliseconds
+/// to wait before retrying.
+pub const RETRY_AFTER_HEADER: &str = "retry-after-ms";
+
 /// `INVALID_ARGUMENT` naming the field at fault.
 pub fn invalid(field: &str, reason: impl Display) -> Status {
     Status::invalid_argument(format!("{field}: {reason}"))

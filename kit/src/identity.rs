@@ -11,6 +11,9 @@ use crate::config::Secret;
 
 pub const INTERNAL_HEADER: &str = "x-imesh-internal";
 pub const ACTOR_HEADER: &str = "x-imesh-actor";
+/// The end user's network address, when the caller knows it (the gateway sets it; an app
+/// server calling on a user's behalf may): an IPv4 or IPv6 address, no port.
+pub const CLIENT_ADDR_HEADER: &str = "x-imesh-client-addr";
 
 /// The principal a call acts for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -67,6 +70,23 @@ pub fn actor<T>(request: &Request<T>) -> Result<Actor, Status> {
         .get::<Actor>()
         .copied()
         .ok_or_else(|| Status::internal("service mounted without InternalAuth"))
+}
+
+/// The end user's address from [`CLIENT_ADDR_HEADER`], if the call carries one.
+pub fn client_addr<T>(request: &Request<T>) -> Result<Option<std::net::IpAddr>, Status> {
+    let Some(value) = request.metadata().get(CLIENT_ADDR_HEADER) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "{CLIENT_ADDR_HEADER}: must be an IPv4 or IPv6 address"
+            ))
+        })
 }
 
 /// Server-side interceptor: checks the internal credential and records the actor.

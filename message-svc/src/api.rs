@@ -263,7 +263,9 @@ fn status(err: Error) -> Status {
         Error::RateLimited(_) | Error::Overloaded(_) => {
             let wait = retry_after_ms(&err).unwrap_or(0);
             let mut refused = Status::resource_exhausted(err.to_string());
-            refused.metadata_mut().insert("retry-after-ms", wait.into());
+            refused
+                .metadata_mut()
+                .insert(imesh_kit::error::RETRY_AFTER_HEADER, wait.into());
             refused
         }
         Error::GroupRefused(why, ref message) => match why {

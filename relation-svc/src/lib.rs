@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod attempts;
 pub mod cache;
 pub mod domain;
 pub mod events;
@@ -35,8 +36,12 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
 use crate::{
+    attempts::{memory::MemoryAttempts, redis::RedisAttempts},
     cache::{EdgeCache, LocalCache, memory::MemoryEdgeCache, redis::RedisEdgeCache},
-    domain::{Accounts, Checker, Friends},
+    domain::{
+        Accounts, Checker, Friends,
+        throttle::{Attempts, Throttle},
+    },
     store::sql::{SqlFriendStore, SqlUserStore},
 };
 
@@ -64,6 +69,8 @@ pub struct Config {
     pub local_cache_max_users: usize,
     /// Outbox rows handed to sync-svc per call.
     pub outbox_batch: u64,
+    /// Login and registration throttling.
+    pub login: domain::throttle::Limits,
 }
 
 impl Default for Config {
@@ -81,6 +88,7 @@ impl Default for Config {
             local_cache_ttl_ms: 1_000,
             local_cache_max_users: 100_000,
             outbox_batch: 256,
+            login: domain::throttle::Limits::default(),
         }
     }
 }
@@ -92,7 +100,7 @@ pub fn wire(
     auth: &AuthConfig,
     node_id: u16,
     db: sea_orm::DatabaseConnection,
-    shared: Arc<dyn EdgeCache>,
+    (shared, attempts): (Arc<dyn EdgeCache>, Arc<dyn Attempts>),
 ) -> anyhow::Result<(api::RelationApi, [Relay; 2])> {
     let ids = Arc::new(Snowflake::new(node_id));
     let caller = Caller::new(&auth.internal_secret)?;
@@ -140,6 +148,7 @@ pub fn wire(
         tokens,
         checker.clone(),
         sessions,
+        Throttle::new(attempts, config.login.clone()),
     ));
     let request_ttl_ms = i64::from(config.request_ttl_days) * 24 * 3600 * 1000;
     let friends = Arc::new(Friends::new(
@@ -171,12 +180,18 @@ impl Service {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
         let cache_ttl = Duration::from_secs(config.cache_ttl_secs);
-        let shared: Arc<dyn EdgeCache> = match config.redis.url() {
-            Some(url) => Arc::new(RedisEdgeCache::new(
-                imesh_kit::redis::connect(&config.redis, url).await?,
-                cache_ttl,
-            )),
-            None => Arc::new(MemoryEdgeCache::new(cache_ttl)),
+        let shared: (Arc<dyn EdgeCache>, Arc<dyn Attempts>) = match config.redis.url() {
+            Some(url) => {
+                let pool = imesh_kit::redis::connect(&config.redis, url).await?;
+                (
+                    Arc::new(RedisEdgeCache::new(pool.clone(), cache_ttl)),
+                    Arc::new(RedisAttempts::new(pool)),
+                )
+            }
+            None => (
+                Arc::new(MemoryEdgeCache::new(cache_ttl)),
+                Arc::new(MemoryAttempts::default()),
+            ),
         };
         let (api, relays) = wire(&config, auth, node_id, db.clone(), shared)?;
         let mut registry = imesh_kit::metrics::registry("relation-svc");

@@ -87,6 +87,13 @@ pub fn status(err: Error) -> Status {
         Error::Precondition(_) => Status::failed_precondition(err.to_string()),
         Error::Store(StoreError::Unavailable(ref e)) => error::unavailable(e.as_ref()),
         Error::Store(ref e) => error::internal(e),
+        Error::Throttled { retry_after_ms, .. } => {
+            let mut refused = Status::resource_exhausted(err.to_string());
+            refused
+                .metadata_mut()
+                .insert(error::RETRY_AFTER_HEADER, retry_after_ms.into());
+            refused
+        }
         Error::Hashing(_) | Error::Token(_) => error::internal(&err),
     }
 }

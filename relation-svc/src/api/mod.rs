@@ -5,7 +5,7 @@ pub mod convert;
 
 use std::sync::Arc;
 
-use imesh_kit::identity::{Actor, actor};
+use imesh_kit::identity::{Actor, actor, client_addr};
 use imesh_protos::relation::{self as pb, relation_service_server::RelationService};
 use tonic::{Request, Response, Status};
 
@@ -52,6 +52,7 @@ fn friendship_reply(row: &crate::domain::Friendship) -> Option<pb::Friendship> {
 #[tonic::async_trait]
 impl RelationService for RelationApi {
     async fn register(&self, request: Request<pb::RegisterRequest>) -> Reply<pb::RegisterResponse> {
+        let source = client_addr(&request)?;
         let pb::RegisterRequest {
             username,
             password,
@@ -59,7 +60,7 @@ impl RelationService for RelationApi {
         } = request.into_inner();
         let user = self
             .accounts
-            .register(&username, &password, &nickname)
+            .register(&username, &password, &nickname, source)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::RegisterResponse {
@@ -68,10 +69,11 @@ impl RelationService for RelationApi {
     }
 
     async fn login(&self, request: Request<pb::LoginRequest>) -> Reply<pb::LoginResponse> {
+        let source = client_addr(&request)?;
         let pb::LoginRequest { username, password } = request.into_inner();
         let login = self
             .accounts
-            .login(&username, &password)
+            .login(&username, &password, source)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::LoginResponse {

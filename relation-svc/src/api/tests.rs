@@ -12,13 +12,19 @@ use tonic::Code;
 use super::*;
 use crate::{
     Config,
+    attempts::{memory::MemoryAttempts, redis::RedisAttempts},
     cache::{EdgeCache, memory::MemoryEdgeCache, redis::RedisEdgeCache},
+    domain::throttle::Attempts,
 };
 
 async fn apis() -> Vec<(&'static str, RelationApi)> {
-    let mut shared: Vec<(&'static str, Arc<dyn EdgeCache>)> = vec![(
+    type Shared = (Arc<dyn EdgeCache>, Arc<dyn Attempts>);
+    let mut shared: Vec<(&'static str, Shared)> = vec![(
         "memory",
-        Arc::new(MemoryEdgeCache::new(Duration::from_secs(60))),
+        (
+            Arc::new(MemoryEdgeCache::new(Duration::from_secs(60))),
+            Arc::new(MemoryAttempts::default()),
+        ),
     )];
     if let Some(redis) = testing::redis() {
         let pool = imesh_kit::redis::connect(&redis, redis.url().unwrap())
@@ -26,7 +32,10 @@ async fn apis() -> Vec<(&'static str, RelationApi)> {
             .unwrap();
         shared.push((
             "redis",
-            Arc::new(RedisEdgeCache::new(pool, Duration::from_secs(60))),
+            (
+                Arc::new(RedisEdgeCache::new(pool.clone(), Duration::from_secs(60))),
+                Arc::new(RedisAttempts::new(pool)),
+            ),
         ));
     }
     let auth = AuthConfig {
@@ -458,6 +467,180 @@ async fn pairs_of_many_users_are_checked_in_one_call_in_the_order_asked() {
         assert!(
             refused.message().starts_with("pairs: "),
             "{cache}: {refused:?}"
+        );
+    }
+}
+
+fn from_addr<T>(addr: &str, message: T) -> Request<T> {
+    let mut request = as_actor(Actor::System, message);
+    request.metadata_mut().insert(
+        imesh_kit::identity::CLIENT_ADDR_HEADER,
+        addr.parse().unwrap(),
+    );
+    request
+}
+
+/// An address of its own: registrations are counted per address, in Redis across runs.
+fn unique_addr() -> String {
+    let n = testing::random_id();
+    format!("10.{}.{}.{}", n % 250, (n / 250) % 250, (n / 62_500) % 250)
+}
+
+fn unique_name(prefix: &str) -> String {
+    format!("{prefix}{}", testing::random_id() % 1_000_000_000)
+}
+
+async fn register(api: &RelationApi, name: &str, addr: &str) -> Result<(), Status> {
+    let body = pb::RegisterRequest {
+        username: name.into(),
+        password: "correct horse".into(),
+        nickname: String::new(),
+    };
+    api.register(from_addr(addr, body)).await.map(drop)
+}
+
+async fn login(api: &RelationApi, name: &str, password: &str) -> Result<(), Status> {
+    let body = pb::LoginRequest {
+        username: name.into(),
+        password: password.into(),
+    };
+    api.login(as_actor(Actor::System, body)).await.map(drop)
+}
+
+async fn login_from(api: &RelationApi, addr: &str, name: &str) -> Result<(), Status> {
+    let body = pb::LoginRequest {
+        username: name.into(),
+        password: "wrong horse".into(),
+    };
+    api.login(from_addr(addr, body)).await.map(drop)
+}
+
+fn retry_after_ms(status: &Status) -> u64 {
+    status
+        .metadata()
+        .get(imesh_kit::error::RETRY_AFTER_HEADER)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or_else(|| panic!("no retry hint on {status:?}"))
+}
+
+#[tokio::test]
+async fn failed_logins_past_the_free_ones_hold_the_account_even_from_the_right_password() {
+    for (name, api) in apis().await {
+        let (user, addr) = (unique_name("held"), unique_addr());
+        register(&api, &user, &addr).await.unwrap();
+        let free = Config::default().login.free_failures;
+        for _ in 0..=free {
+            let refused = login(&api, &user, "wrong horse").await.unwrap_err();
+            assert_eq!(refused.code(), Code::Unauthenticated, "{name}");
+        }
+        let held = login(&api, &user, "correct horse").await.unwrap_err();
+        assert_eq!(held.code(), Code::ResourceExhausted, "{name}: {held:?}");
+        assert!(
+            held.message()
+                .starts_with("login: too many failed attempts"),
+            "{name}"
+        );
+        let wait = retry_after_ms(&held);
+        assert!((1..=1_000).contains(&wait), "{name}: {wait} ms");
+        // Another account is not held by this one's failures.
+        let other = unique_name("free");
+        register(&api, &other, &addr).await.unwrap();
+        login(&api, &other, "correct horse").await.unwrap();
+        testing::until_async("the hold to end", || async {
+            login(&api, &user, "correct horse").await.is_ok()
+        })
+        .await;
+        // The login forgot the failures: one more wrong password is free again.
+        let refused = login(&api, &user, "wrong horse").await.unwrap_err();
+        assert_eq!(refused.code(), Code::Unauthenticated, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_username_fails_like_a_wrong_password_and_is_held_the_same_way() {
+    for (name, api) in apis().await {
+        let ghost = unique_name("ghost");
+        let free = Config::default().login.free_failures;
+        for _ in 0..=free {
+            let refused = login(&api, &ghost, "any password").await.unwrap_err();
+            assert_eq!(refused.code(), Code::Unauthenticated, "{name}");
+            assert_eq!(refused.message(), "username or password is wrong", "{name}");
+        }
+        let held = login(&api, &ghost, "any password").await.unwrap_err();
+        assert_eq!(held.code(), Code::ResourceExhausted, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn failures_from_one_address_over_many_accounts_hold_that_address_only() {
+    for (name, api) in apis().await {
+        let addr = unique_addr();
+        let free = Config::default().login.free_failures_per_source;
+        // Each account stays within its own free failures; the address does not.
+        for _ in 0..=free {
+            let refused = login_from(&api, &addr, &unique_name("spray"))
+                .await
+                .unwrap_err();
+            assert_eq!(refused.code(), Code::Unauthenticated, "{name}");
+        }
+        let held = login_from(&api, &addr, &unique_name("spray"))
+            .await
+            .unwrap_err();
+        assert_eq!(held.code(), Code::ResourceExhausted, "{name}: {held:?}");
+        let elsewhere = login_from(&api, &unique_addr(), &unique_name("spray")).await;
+        assert_eq!(
+            elsewhere.unwrap_err().code(),
+            Code::Unauthenticated,
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn registrations_from_one_address_are_limited_per_window() {
+    for (name, api) in apis().await {
+        let addr = unique_addr();
+        let limit = Config::default().login.registrations_per_source;
+        for _ in 0..limit {
+            register(&api, &unique_name("reg"), &addr).await.unwrap();
+        }
+        let refused = register(&api, &unique_name("reg"), &addr)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.code(),
+            Code::ResourceExhausted,
+            "{name}: {refused:?}"
+        );
+        assert!(retry_after_ms(&refused) > 0, "{name}");
+        // Another address, and a caller that names none, still register.
+        register(&api, &unique_name("reg"), &unique_addr())
+            .await
+            .unwrap();
+        let body = pb::RegisterRequest {
+            username: unique_name("reg"),
+            password: "correct horse".into(),
+            nickname: String::new(),
+        };
+        api.register(as_actor(Actor::System, body)).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_client_address_that_is_not_an_ip_is_refused_naming_the_header() {
+    for (name, api) in apis().await {
+        let body = pb::LoginRequest {
+            username: "someone".into(),
+            password: "whatever1".into(),
+        };
+        let refused = api
+            .login(from_addr("10.0.0.1:443", body))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{name}");
+        assert!(
+            refused.message().starts_with("x-imesh-client-addr:"),
+            "{name}"
         );
     }
 }

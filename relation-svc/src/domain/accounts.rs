@@ -1,11 +1,14 @@
 //! Accounts: registration, login, profiles, and the admin path of app servers (accounts
 //! without passwords, tokens on demand, disabling).
 
-use std::sync::Arc;
+use std::{net::IpAddr, sync::Arc, sync::OnceLock};
 
 use imesh_kit::{error::StoreError, ids::Snowflake, token::Tokens};
 
-use super::{Checker, Error, User, invalid, parse_extra_json};
+use super::{
+    Checker, Error, User, invalid, parse_extra_json,
+    throttle::{Attempt, Throttle},
+};
 use crate::store::{NewUser, ProfileUpdate, UserStore};
 
 /// A checked username: 3–32 of `[a-z0-9_.-]`.
@@ -59,6 +62,7 @@ pub struct Accounts {
     /// Told when a user is disabled or enabled, so relation checks see it at once.
     checker: Arc<Checker>,
     sessions: Arc<dyn Sessions>,
+    throttle: Throttle,
 }
 
 /// Longest avatar URL and extra JSON of a profile.
@@ -72,6 +76,7 @@ impl Accounts {
         tokens: Tokens,
         checker: Arc<Checker>,
         sessions: Arc<dyn Sessions>,
+        throttle: Throttle,
     ) -> Self {
         Self {
             store,
@@ -79,18 +84,23 @@ impl Accounts {
             tokens,
             checker,
             sessions,
+            throttle,
         }
     }
 
+    /// A new account; `source` is the end user's address, when the caller knows it
+    /// (registrations per address are limited).
     pub async fn register(
         &self,
         username: &str,
         password: &str,
         nickname: &str,
+        source: Option<IpAddr>,
     ) -> Result<User, Error> {
         let username = parse_username(username)?;
         let password = parse_password(password)?.to_owned();
         let nickname = parse_nickname(nickname, &username)?;
+        self.throttle.register(source).await?;
         let password_hash = tokio::task::spawn_blocking(move || hash_password(&password))
             .await
             .map_err(|e| Error::Hashing(e.to_string()))??;
@@ -139,22 +149,42 @@ impl Accounts {
         }
     }
 
-    pub async fn login(&self, username: &str, password: &str) -> Result<Login, Error> {
+    /// A token for the account's password. Failures slow down further attempts on the
+    /// account and from `source` ([`Throttle`]). Unknown, passwordless and disabled
+    /// accounts are checked against a stand-in hash, so every refusal costs the same
+    /// argon2 work and timing does not tell which usernames exist.
+    pub async fn login(
+        &self,
+        username: &str,
+        password: &str,
+        source: Option<IpAddr>,
+    ) -> Result<Login, Error> {
         let username = parse_username(username).map_err(|_| Error::BadCredentials)?;
-        let Some(found) = self.store.by_username(&username).await? else {
+        let attempt = Attempt {
+            username: &username,
+            source,
+        };
+        self.throttle.admit(&attempt).await?;
+        let found = self
+            .store
+            .by_username(&username)
+            .await?
+            .filter(|found| !found.password_hash.is_empty() && !found.user.disabled);
+        let password = password.to_owned();
+        let hash = found.as_ref().map(|found| found.password_hash.clone());
+        let matches = tokio::task::spawn_blocking(move || {
+            verify_password(
+                &password,
+                hash.as_deref().unwrap_or_else(|| stand_in_hash()),
+            )
+        })
+        .await
+        .map_err(|e| Error::Hashing(e.to_string()))?;
+        let Some(found) = found.filter(|_| matches) else {
+            self.throttle.failed(&attempt).await?;
             return Err(Error::BadCredentials);
         };
-        let password = password.to_owned();
-        let hash = found.password_hash;
-        if hash.is_empty() || found.user.disabled {
-            return Err(Error::BadCredentials);
-        }
-        let matches = tokio::task::spawn_blocking(move || verify_password(&password, &hash))
-            .await
-            .map_err(|e| Error::Hashing(e.to_string()))?;
-        if !matches {
-            return Err(Error::BadCredentials);
-        }
+        self.throttle.succeeded(&attempt).await?;
         let issued = self
             .tokens
             .issue(found.user.id, found.user.token_version)
@@ -261,6 +291,15 @@ fn hash_password(password: &str) -> Result<String, Error> {
         .hash_password(password.as_bytes())
         .map(|h| h.to_string())
         .map_err(|e| Error::Hashing(e.to_string()))
+}
+
+/// The hash of a password nobody knows, made once, with the parameters of every other.
+fn stand_in_hash() -> &'static str {
+    static HASH: OnceLock<String> = OnceLock::new();
+    HASH.get_or_init(|| {
+        let unguessable = format!("{:032x}", rand::random::<u128>());
+        hash_password(&unguessable).expect("argon2 hashes a short password")
+    })
 }
 
 fn verify_password(password: &str, hash: &str) -> bool {

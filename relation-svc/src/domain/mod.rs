@@ -6,6 +6,7 @@ pub mod accounts;
 pub mod check;
 pub mod friends;
 pub mod plan;
+pub mod throttle;
 
 use imesh_kit::error::StoreError;
 
@@ -106,6 +107,12 @@ pub enum Error {
     Store(#[from] StoreError),
     #[error("hashing a password failed: {0}")]
     Hashing(String),
+    /// Too many attempts: refused before any work, retryable after the wait.
+    #[error("{what}; retry in {retry_after_ms} ms")]
+    Throttled {
+        what: &'static str,
+        retry_after_ms: u64,
+    },
     #[error("issuing a token failed")]
     Token(#[source] anyhow::Error),
 }
