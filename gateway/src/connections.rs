@@ -25,11 +25,12 @@ use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::{frames, window::Out};
+use crate::{admission::Overflow, frames, window::Out};
 
 /// What the rest of the gateway holds of one connection.
 #[derive(Clone)]
 pub struct Handle {
+    pub user: i64,
     pub frames: flume::Sender<Out>,
     /// Cancelled to close the connection.
     pub close: CancellationToken,
@@ -38,10 +39,19 @@ pub struct Handle {
     pub regroup: std::sync::Arc<tokio::sync::Notify>,
 }
 
+/// A registered connection.
+pub struct Inserted {
+    pub id: u64,
+    /// The user's oldest connection, to close for this one.
+    pub replaced: Option<u64>,
+}
+
 #[derive(Default)]
 pub struct Connections {
     next_id: AtomicU64,
     open: RwLock<HashMap<u64, Handle>>,
+    /// User → their connections here, oldest first.
+    sessions: parking_lot::Mutex<HashMap<i64, Vec<u64>>>,
     /// Super group → the connections here whose user belongs to it.
     followers: RwLock<HashMap<i64, HashSet<u64>>>,
     connected: Gauge,
@@ -69,18 +79,40 @@ impl Connections {
         );
     }
 
-    /// Registers a connection; returns its id (unique within this gateway process).
-    pub fn insert(&self, handle: Handle) -> u64 {
+    /// Registers a connection, at most `cap` per user (0: no cap). Past the cap the user's
+    /// oldest connection is named for closing, or with [`Overflow::RefuseNew`] this one is
+    /// refused (`None`). Returns its id (unique within this gateway process).
+    pub fn insert(&self, handle: Handle, cap: usize, overflow: Overflow) -> Option<Inserted> {
+        let mut sessions = self.sessions.lock();
+        let ids = sessions.entry(handle.user).or_default();
+        let replaced = if cap > 0 && ids.len() >= cap {
+            match overflow {
+                Overflow::RefuseNew => return None,
+                Overflow::CloseOldest => Some(ids.remove(0)),
+            }
+        } else {
+            None
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        ids.push(id);
         self.open.write().insert(id, handle);
         self.connected.inc();
-        id
+        Some(Inserted { id, replaced })
     }
 
     pub fn remove(&self, id: u64) {
-        if self.open.write().remove(&id).is_some() {
-            self.connected.dec();
+        let Some(handle) = self.open.write().remove(&id) else {
+            return;
+        };
+        self.connected.dec();
+        let mut sessions = self.sessions.lock();
+        if let Some(ids) = sessions.get_mut(&handle.user) {
+            ids.retain(|&other| other != id);
+            if ids.is_empty() {
+                sessions.remove(&handle.user);
+            }
         }
+        drop(sessions);
         self.unfollow(id);
     }
 

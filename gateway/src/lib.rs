@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod acks;
+pub mod admission;
 pub mod backends;
 pub mod calls;
 pub mod connections;
@@ -96,6 +97,8 @@ pub struct Config {
     /// sent. The hold ends this long after the wait the refusal named, or after the last
     /// resend, for clients that never resend.
     pub send_hold_ms: u64,
+    /// Who may connect and hold a session (see [`admission`]).
+    pub admission: admission::Limits,
 }
 
 impl Default for Config {
@@ -124,6 +127,7 @@ impl Default for Config {
             send_backlog: 1024,
             send_timeout_ms: 5_000,
             send_hold_ms: 1_000,
+            admission: admission::Limits::default(),
         }
     }
 }
@@ -163,6 +167,7 @@ pub struct Gateway {
     pub tokens: Tokens,
     pub backends: Arc<backends::Backends>,
     pub connections: Arc<connections::Connections>,
+    pub admission: Arc<admission::Admission>,
     /// This gateway's gRPC address as notify-svc should dial it.
     pub advertise: String,
     /// Cancelled when the gateway starts shutting down.
@@ -201,6 +206,7 @@ impl Service {
             tokens: Tokens::new(&self.auth.jwt_secret, Duration::from_secs(1))?,
             backends: Arc::new(backends::Backends::new(caller, &self.config)?),
             connections: Arc::new(connections::Connections::default()),
+            admission: Arc::new(admission::Admission::new(self.config.admission.clone())),
             advertise,
             draining: CancellationToken::new(),
             config: self.config.clone(),
@@ -213,9 +219,11 @@ impl Service {
         let mut registry = imesh_kit::metrics::registry("gateway");
         gateway.connections.register(&mut registry);
         gateway.backends.sends.register(&mut registry);
+        gateway.admission.register(&mut registry);
         let grpc_server = grpc::Server::new(&self.config.grpc)
             .add_service(push)
             .metrics(registry)
+            .readiness(capacity_probe(&gateway))
             .serve(grpc_listener, stop_grpc.clone().cancelled_owned());
         let grpc_task = tokio::spawn(grpc_server);
         // Frames are small and latency-bound: no Nagle on client connections.
@@ -224,8 +232,12 @@ impl Service {
                 tracing::debug!(error = %e, "TCP_NODELAY not set on a client connection");
             }
         });
-        let ws = axum::serve(clients, ws::router(gateway.clone()))
-            .with_graceful_shutdown(gateway.draining.clone().cancelled_owned());
+        let router = ws::router(gateway.clone());
+        let ws = axum::serve(
+            clients,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(gateway.draining.clone().cancelled_owned());
         let ws_task = tokio::spawn(ws.into_future());
         let tcp_task = tokio::spawn(tcp::serve(tcp_clients, gateway.clone()));
         shutdown.await;
@@ -241,6 +253,17 @@ impl Service {
         grpc_task.await??;
         Ok(())
     }
+}
+
+/// Ready while the gateway has room for more clients (below 95 % of `max_connections`).
+fn capacity_probe(gateway: &Arc<Gateway>) -> grpc::Readiness {
+    let gateway = Arc::downgrade(gateway);
+    Arc::new(move || {
+        let ready = gateway
+            .upgrade()
+            .is_some_and(|gateway| gateway.admission.ready(gateway.connections.len()));
+        Box::pin(std::future::ready(ready))
+    })
 }
 
 /// The gateway binary: settings from defaults, `IMESH_CONFIG` and `IMESH__…` variables;

@@ -20,6 +20,7 @@ use tracing::Instrument as _;
 
 use crate::{
     Gateway,
+    admission::Unauthenticated,
     connections::Handle,
     frames,
     session::{self, Session},
@@ -44,8 +45,12 @@ pub enum Inbound {
 
 /// Serves one connection until the client leaves, idles out, breaks the framing or the
 /// gateway drains.
-pub async fn serve<R, W>(mut reader: R, writer: W, gateway: Arc<Gateway>)
-where
+pub async fn serve<R, W>(
+    mut reader: R,
+    writer: W,
+    gateway: Arc<Gateway>,
+    unauthenticated: Unauthenticated,
+) where
     R: Stream<Item = Inbound> + Unpin,
     W: Sink<Bytes> + Unpin + Send + 'static,
 {
@@ -58,7 +63,9 @@ where
         window,
         close.clone(),
     ));
-    if let Some((request_id, user, auth)) = authenticated(&mut reader, &gateway, &tx).await {
+    let authenticated = authenticated(&mut reader, &gateway, &tx).await;
+    drop(unauthenticated);
+    if let Some((request_id, user, auth)) = authenticated {
         // The token is not needed past the check: the connection keeps only the device.
         let pb::Auth {
             token,
@@ -101,6 +108,12 @@ where
             true,
         )),
     };
+    let verified = verified.and_then(|(request_id, verified, auth)| {
+        match gateway.admission.check_platform(&auth.platform) {
+            Ok(()) => Ok((request_id, verified, auth)),
+            Err(refused) => Err(frames::refused(&refused)),
+        }
+    });
     let checked = match verified {
         Ok((request_id, verified, auth)) => Box::pin(gateway.backends.token_current(verified))
             .await
@@ -129,11 +142,9 @@ async fn run<R>(
     R: Stream<Item = Inbound> + Unpin,
 {
     let regroup = Arc::new(tokio::sync::Notify::new());
-    let conn_id = gateway.connections.insert(Handle {
-        frames: tx.clone(),
-        close: close.clone(),
-        regroup: regroup.clone(),
-    });
+    let Some(conn_id) = admit(gateway, tx, close, user, &regroup) else {
+        return;
+    };
     let device = Device {
         user_id: user,
         device_id,
@@ -312,6 +323,44 @@ async fn read_frames<R>(
             .instrument(span),
         );
     }
+}
+
+/// Registers the authenticated connection within the gateway's and the user's caps,
+/// closing the user's oldest session if that is the policy; `None` after telling the
+/// client why not.
+fn admit(
+    gateway: &Gateway,
+    tx: &flume::Sender<Out>,
+    close: &CancellationToken,
+    user: i64,
+    regroup: &Arc<tokio::sync::Notify>,
+) -> Option<u64> {
+    let admission = &gateway.admission;
+    if let Err(refused) = admission.check_capacity(gateway.connections.len()) {
+        say(tx, frames::refused(&refused));
+        return None;
+    }
+    let handle = Handle {
+        user,
+        frames: tx.clone(),
+        close: close.clone(),
+        regroup: regroup.clone(),
+    };
+    let limits = admission.limits();
+    let Some(inserted) =
+        gateway
+            .connections
+            .insert(handle, limits.sessions_per_user, limits.session_overflow)
+    else {
+        say(tx, frames::refused(&admission.too_many_sessions()));
+        return None;
+    };
+    if let Some(oldest) = inserted.replaced {
+        let reason = admission.replaced();
+        let frame = frames::error(0, Code::Aborted, reason, true);
+        gateway.connections.kick(oldest, frame);
+    }
+    Some(inserted.id)
 }
 
 /// Re-lists the super groups the user belongs to (they joined or left one) and follows

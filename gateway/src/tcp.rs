@@ -17,12 +17,12 @@
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use futures::{StreamExt, future};
-use tokio::net::TcpListener;
+use futures::{SinkExt, StreamExt, future};
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
 
 use crate::{
-    Gateway,
+    Gateway, frames,
     link::{self, Inbound},
 };
 
@@ -124,14 +124,15 @@ fn varint(bytes: &mut &[u8]) -> Option<u64> {
 }
 
 /// Accepts TCP clients until the gateway drains; each connection runs on its own task.
+/// A connection admission refuses is told why in one frame, then closed.
 pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
     loop {
         let accepted = tokio::select! {
             () = gateway.draining.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
-        let socket = match accepted {
-            Ok((socket, _)) => socket,
+        let (socket, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors or similar: give the system a moment to free some.
                 tracing::warn!(error = %e, "accepting a TCP client failed");
@@ -142,9 +143,16 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
         if let Err(e) = socket.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set on a client connection");
         }
+        let max = gateway.config.max_frame_bytes;
+        let unauthenticated = match gateway.admission.arrive(peer.ip()) {
+            Ok(unauthenticated) => unauthenticated,
+            Err(refused) => {
+                tokio::spawn(refuse(socket, frames::refused(&refused), max));
+                continue;
+            }
+        };
         let gateway = gateway.clone();
         tokio::spawn(async move {
-            let max = gateway.config.max_frame_bytes;
             let (read, write) = socket.into_split();
             // I/O errors and EOF (a truncated frame included) end the stream; framing
             // errors are reported once, then the codec ends it.
@@ -155,10 +163,18 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
                     Err(e) => Inbound::Broken(e.to_string()),
                 });
             let writer = FramedWrite::with_capacity(write, FrameCodec::new(max), SOCKET_BUFFER);
-            link::serve(Box::pin(reader), writer, gateway).await;
+            link::serve(Box::pin(reader), writer, gateway, unauthenticated).await;
         });
     }
 }
+
+/// Writes `frame` to a refused client (for at most a second), then closes.
+async fn refuse(socket: TcpStream, frame: Bytes, max: usize) {
+    let mut writer = FramedWrite::new(socket, FrameCodec::new(max));
+    let _ = tokio::time::timeout(REFUSAL_WRITE, writer.send(frame)).await;
+}
+
+const REFUSAL_WRITE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Initial read and write buffers per connection (tokio-util's default is 8 KiB each);
 /// a bigger frame grows them as it arrives.

@@ -5,13 +5,16 @@
 
 use std::sync::Arc;
 
+use std::net::SocketAddr;
+
 use axum::{
     Router,
     extract::{
-        State,
+        ConnectInfo, State,
         ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade},
     },
-    response::Response,
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
     routing::get,
 };
 use bytes::Bytes;
@@ -21,6 +24,7 @@ use prost::Message as _;
 
 use crate::{
     Gateway,
+    admission::{Refused, Unauthenticated},
     link::{self, Inbound},
 };
 
@@ -39,15 +43,35 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
 /// 128 KiB default made every idle connection cost 130 KB.)
 const SOCKET_BUFFER: usize = 512;
 
-async fn upgrade(ws: WebSocketUpgrade, State(gateway): State<Arc<Gateway>>) -> Response {
+/// Upgrades a client admission lets in; refuses the others before the upgrade, with 429
+/// and a `Retry-After`.
+async fn upgrade(
+    ws: WebSocketUpgrade,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    State(gateway): State<Arc<Gateway>>,
+) -> Response {
+    let unauthenticated = match gateway.admission.arrive(peer.ip()) {
+        Ok(unauthenticated) => unauthenticated,
+        Err(refused) => return refusal(&refused),
+    };
     ws.max_message_size(gateway.config.max_frame_bytes)
         .read_buffer_size(SOCKET_BUFFER)
         .write_buffer_size(SOCKET_BUFFER)
         .protocols([JSON_PROTOCOL])
-        .on_upgrade(move |socket| serve_socket(socket, gateway))
+        .on_upgrade(move |socket| serve_socket(socket, gateway, unauthenticated))
 }
 
-async fn serve_socket(socket: WebSocket, gateway: Arc<Gateway>) {
+fn refusal(refused: &Refused) -> Response {
+    let wait_secs = refused.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, wait_secs.to_string())],
+        refused.message.clone(),
+    )
+        .into_response()
+}
+
+async fn serve_socket(socket: WebSocket, gateway: Arc<Gateway>, unauthenticated: Unauthenticated) {
     let json = socket
         .protocol()
         .is_some_and(|p| p.as_bytes() == JSON_PROTOCOL.as_bytes());
@@ -79,7 +103,7 @@ async fn serve_socket(socket: WebSocket, gateway: Arc<Gateway>) {
                 Ok(Message::Close(_)) | Err(_) => None,
             })
         });
-    link::serve(Box::pin(reader), Box::pin(writer), gateway).await;
+    link::serve(Box::pin(reader), Box::pin(writer), gateway, unauthenticated).await;
 }
 
 /// A JSON `ClientFrame`, re-encoded as protobuf for the rest of the gateway.

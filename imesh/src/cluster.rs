@@ -69,6 +69,8 @@ pub struct ClusterSpec {
     pub rate_limits: message_svc::RateLimitConfig,
     /// notify-svc's offline push (off unless a webhook URL is set).
     pub offline_push: notify_svc::offline::Config,
+    /// relation-svc's login and registration throttling.
+    pub login: relation_svc::domain::throttle::Limits,
 }
 
 impl ClusterSpec {
@@ -95,6 +97,7 @@ impl ClusterSpec {
             gateway: gateway::Config::default(),
             rate_limits: message_svc::RateLimitConfig::default(),
             offline_push: notify_svc::offline::Config::default(),
+            login: relation_svc::domain::throttle::Limits::default(),
         }
     }
 }
@@ -157,6 +160,7 @@ impl Cluster {
                 sync_addr: addrs.sync.to_string(),
                 group_addr: addrs.group.to_string(),
                 notify_addr: addrs.notify.to_string(),
+                login: spec.login.clone(),
                 ..Default::default()
             },
             auth,

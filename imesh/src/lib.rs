@@ -4,9 +4,10 @@
 //! # Layout
 //! - [`cluster`]: [`cluster::ClusterSpec`] → [`cluster::Cluster`]: bind, build, serve, stop.
 //! - [`bench`]: `imesh bench`, the load tool: scenarios through a real gateway, a report.
-//! - `main.rs`: the command line (`imesh up`, `imesh bench`).
+//! - [`cli`]: the command line (`imesh up`, `imesh bench`); `main.rs` only calls it.
 
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod cli;
 pub mod cluster;

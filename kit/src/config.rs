@@ -1,10 +1,15 @@
 //! Configuration: every binary reads one typed tree, built from its defaults, then an
 //! optional TOML file, then `IMESH__SECTION__KEY` environment variables (the names the Helm
-//! chart sets). A bad configuration is one clear error line.
+//! chart sets). A bad configuration is one clear error line. The list settings of
+//! [`LIST_KEYS`] take comma-separated values from the environment.
 
 use std::{fmt, net::SocketAddr, path::Path, time::Duration};
 
 use serde::{Deserialize, de::DeserializeOwned};
+
+/// Settings that are lists, as they are named in the environment's key paths (the gateway
+/// binary's and `imesh up`'s).
+pub const LIST_KEYS: &[&str] = &["admission.platforms", "gateway.admission.platforms"];
 
 /// Loads `T` from `file` (if given) and the `IMESH__…` environment; absent keys keep
 /// `T::default()`'s values.
@@ -16,15 +21,15 @@ pub fn load<T: DeserializeOwned + Default + serde::Serialize>(
     if let Some(file) = file {
         builder = builder.add_source(config::File::from(file).required(true));
     }
-    builder
-        .add_source(
-            config::Environment::with_prefix("IMESH")
-                .prefix_separator("__")
-                .separator("__")
-                .try_parsing(true),
-        )
-        .build()?
-        .try_deserialize()
+    let mut environment = config::Environment::with_prefix("IMESH")
+        .prefix_separator("__")
+        .separator("__")
+        .try_parsing(true)
+        .list_separator(",");
+    for key in LIST_KEYS {
+        environment = environment.with_list_parse_key(key);
+    }
+    builder.add_source(environment).build()?.try_deserialize()
 }
 
 /// A value that must not appear in logs or `Debug` output.

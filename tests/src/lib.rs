@@ -101,6 +101,9 @@ impl TestCluster {
         };
         // Test devices ack only in the tests about acks: give the others' pushes time.
         spec.gateway.ack_timeout_ms = 60_000;
+        // Test devices name a platform of their own (`Device::auth`), so one user's devices
+        // never replace each other; the known set is tested on its own.
+        spec.gateway.admission.platforms = Vec::new();
         adjust(&mut spec);
         let cluster = Cluster::start(spec).await.expect("cluster starts");
         let caller = Caller::new(&auth.internal_secret).unwrap();

@@ -112,7 +112,7 @@ impl Client {
         let auth = Out::Auth(Auth {
             token: token.to_owned(),
             device_id: device_id.to_owned(),
-            platform: "bench".into(),
+            platform: "desktop".into(),
         });
         match client.request(auth).await? {
             In::AuthOk(_) => Ok(client),

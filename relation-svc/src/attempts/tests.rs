@@ -50,7 +50,7 @@ async fn a_hold_answers_its_time_left_until_it_ends() {
     for (name, attempts) in adapters().await {
         let (short, long, never) = (key("short"), key("long"), key("never"));
         assert_eq!(
-            attempts.held(&[short.clone()]).await.unwrap(),
+            attempts.held(std::slice::from_ref(&short)).await.unwrap(),
             None,
             "{name}"
         );
@@ -65,7 +65,11 @@ async fn a_hold_answers_its_time_left_until_it_ends() {
             left > Duration::from_secs(50),
             "{name}: the longest hold answers"
         );
-        let left = attempts.held(&[short.clone()]).await.unwrap().unwrap();
+        let left = attempts
+            .held(std::slice::from_ref(&short))
+            .await
+            .unwrap()
+            .unwrap();
         assert!(left <= Duration::from_millis(200), "{name}");
         testing::until_async("the short hold to end", || async {
             attempts

@@ -1,0 +1,201 @@
+//! The command line: `imesh up`, every service in one process on the embedded default;
+//! `imesh bench`, load through a running deployment's gateway, and a report.
+
+use std::{
+    net::IpAddr,
+    path::{Path, PathBuf},
+};
+
+use crate::cluster::{Cluster, ClusterSpec};
+use clap::{Parser, Subcommand};
+use imesh_kit::config::{AuthConfig, Secret, TelemetryConfig};
+use serde::{Deserialize, Serialize};
+
+#[derive(Parser)]
+#[command(name = "imesh", version, about = "An instant-messaging backend")]
+struct Cli {
+    /// A TOML file with settings; `IMESH__…` environment variables override it.
+    #[arg(long, global = true, env = "IMESH_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs every service in one process: SQLite under the data folder, in-process adapters.
+    Up {
+        /// Where the SQLite files and the generated dev secrets live.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// The address to listen on.
+        #[arg(long)]
+        host: Option<IpAddr>,
+    },
+    /// Drives a named scenario through a gateway with real connections and reports
+    /// throughput, send → push latency, losses and duplicates (and server cost with --pid).
+    Bench(Box<crate::bench::Spec>),
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(default)]
+struct UpSettings {
+    auth: AuthConfig,
+    telemetry: TelemetryConfig,
+    data_dir: PathBuf,
+    host: IpAddr,
+    /// message-svc's send limits per user and group (0 turns one off, e.g. for a load run).
+    rate_limits: message_svc::RateLimitConfig,
+    /// Offline push to a webhook for users with no live connection (off without a URL).
+    offline_push: notify_svc::offline::Config,
+    /// The gateway's client limits (`frames_per_sec`, `sends_in_flight`, `admission`, …);
+    /// its addresses are `imesh up`'s own.
+    gateway: gateway::Config,
+    /// relation-svc's login and registration throttling.
+    login: relation_svc::domain::throttle::Limits,
+}
+
+impl Default for UpSettings {
+    fn default() -> Self {
+        Self {
+            auth: AuthConfig::default(),
+            telemetry: TelemetryConfig {
+                log: "info,sqlx=warn,sea_orm_migration=warn".into(),
+                ..Default::default()
+            },
+            data_dir: PathBuf::from("data"),
+            host: IpAddr::from([127, 0, 0, 1]),
+            rate_limits: message_svc::RateLimitConfig::default(),
+            offline_push: notify_svc::offline::Config::default(),
+            gateway: gateway::Config::default(),
+            login: relation_svc::domain::throttle::Limits::default(),
+        }
+    }
+}
+
+/// Runs the command the process's arguments name.
+pub async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let (data, host) = match cli.command {
+        Command::Up { data, host } => (data, host),
+        Command::Bench(spec) => return bench(*spec).await,
+    };
+    let mut settings: UpSettings = imesh_kit::config::load(cli.config.as_deref())
+        .unwrap_or_else(|e| imesh_kit::cli::exit("imesh", e));
+    settings.data_dir = data.unwrap_or(settings.data_dir);
+    settings.host = host.unwrap_or(settings.host);
+    let _telemetry = imesh_kit::telemetry::init("imesh", &settings.telemetry)?;
+    std::fs::create_dir_all(&settings.data_dir)?;
+    let auth = dev_secrets(&settings.data_dir, settings.auth)?;
+    let mut spec = ClusterSpec::embedded(&settings.data_dir, auth.clone());
+    spec.host = settings.host;
+    spec.rate_limits = settings.rate_limits;
+    spec.offline_push = settings.offline_push;
+    spec.gateway = settings.gateway;
+    spec.login = settings.login;
+    let cluster = Cluster::start(spec).await?;
+    print_banner(&cluster, &auth, &settings.data_dir);
+    cluster.run_until(imesh_kit::grpc::shutdown_signal()).await
+}
+
+async fn bench(spec: crate::bench::Spec) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let report = crate::bench::run(spec, std::io::stderr().is_terminal()).await?;
+    print!("{}", report.table());
+    anyhow::ensure!(
+        report.lost == 0 && report.duplicated == 0 && report.reordered == 0,
+        "{} lost, {} duplicated and {} reordered deliveries",
+        report.lost,
+        report.duplicated,
+        report.reordered
+    );
+    Ok(())
+}
+
+/// Secrets not configured are generated once and kept in the data folder, so tokens stay
+/// valid across restarts of the embedded default.
+fn dev_secrets(data_dir: &Path, mut auth: AuthConfig) -> anyhow::Result<AuthConfig> {
+    let path = data_dir.join("dev-secrets");
+    let stored = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut lines = stored.lines().map(str::to_owned);
+    let (internal, jwt) = match (lines.next(), lines.next()) {
+        (Some(a), Some(b)) if a.len() >= 16 && b.len() >= 16 => (a, b),
+        _ => {
+            let (a, b) = (random_secret(), random_secret());
+            std::fs::write(&path, format!("{a}\n{b}\n"))?;
+            (a, b)
+        }
+    };
+    if auth.internal_secret.is_empty() {
+        auth.internal_secret = Secret::new(internal);
+    }
+    if auth.jwt_secret.is_empty() {
+        auth.jwt_secret = Secret::new(jwt);
+    }
+    auth.validate().map_err(anyhow::Error::msg)?;
+    Ok(auth)
+}
+
+fn random_secret() -> String {
+    use rand::Rng;
+    let bytes: [u8; 16] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn print_banner(cluster: &Cluster, auth: &AuthConfig, data_dir: &Path) {
+    let a = &cluster.addrs;
+    let secret = auth.internal_secret.expose();
+    println!(
+        "imesh is up (embedded: SQLite under {}, in-process counters and presence)\n",
+        data_dir.display()
+    );
+    println!("  gateway        ws://{}/ws", a.gateway);
+    println!(
+        "  gateway (tcp)  {} (12-byte header per frame)",
+        a.gateway_tcp
+    );
+    for (name, addr) in [
+        ("relation-svc", a.relation),
+        ("group-svc", a.group),
+        ("message-svc", a.message),
+        ("sync-svc", a.sync),
+        ("notify-svc", a.notify),
+        ("gateway (push)", a.gateway_grpc),
+    ] {
+        println!("  {name:<14} {addr}");
+    }
+    println!("\n  internal credential (x-imesh-internal): {secret}\n");
+    println!("Try:");
+    println!("  grpcurl -plaintext {} list", a.relation);
+    println!(
+        "  grpcurl -plaintext -H 'x-imesh-internal: {secret}' -d '{{\"username\":\"alice\",\"password\":\"correct horse\"}}' {} imesh.relation.v1.RelationService/Register",
+        a.relation
+    );
+    println!("\nCtrl-C stops it.");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gateways_client_limits_are_settings_of_imesh_up() {
+        let file = std::env::temp_dir().join(format!("imesh-up-{}.toml", std::process::id()));
+        std::fs::write(
+            &file,
+            "[gateway]\nframes_per_sec = 0\nsends_in_flight = 8\n\
+             [gateway.admission]\nsessions_per_user = 3\n[login]\nfree_failures = 2\n",
+        )
+        .unwrap();
+        let settings: UpSettings = imesh_kit::config::load(Some(&file)).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(settings.gateway.frames_per_sec, 0);
+        assert_eq!(settings.gateway.sends_in_flight, 8);
+        assert_eq!(settings.gateway.admission.sessions_per_user, 3);
+        assert_eq!(settings.login.free_failures, 2);
+        assert_eq!(
+            settings.gateway.send_lanes,
+            gateway::Config::default().send_lanes
+        );
+    }
+}
