@@ -50,10 +50,17 @@ pub fn throttled(request_id: u64, per_sec: u32, wait: std::time::Duration) -> By
     error_frame(request_id, Code::ResourceExhausted, message, false, wait_ms)
 }
 
-/// A connection or session refused at admission: a fatal error naming the limit.
-pub fn refused(refused: &crate::admission::Refused) -> Bytes {
+/// A connection or session refused at admission: a fatal error naming the limit, the
+/// answer to `request_id` (the auth frame's, or 0 before one was read).
+pub fn refused(request_id: u64, refused: &crate::admission::Refused) -> Bytes {
     let wait_ms = refused.retry_after.as_millis() as u64;
-    error_frame(0, refused.code(), refused.message.clone(), true, wait_ms)
+    error_frame(
+        request_id,
+        refused.code(),
+        refused.message.clone(),
+        true,
+        wait_ms,
+    )
 }
 
 fn error_frame(

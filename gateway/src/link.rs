@@ -111,7 +111,7 @@ where
     let verified = verified.and_then(|(request_id, verified, auth)| {
         match gateway.admission.check_platform(&auth.platform) {
             Ok(()) => Ok((request_id, verified, auth)),
-            Err(refused) => Err(frames::refused(&refused)),
+            Err(refused) => Err(frames::refused(request_id, &refused)),
         }
     });
     let checked = match verified {
@@ -142,7 +142,7 @@ async fn run<R>(
     R: Stream<Item = Inbound> + Unpin,
 {
     let regroup = Arc::new(tokio::sync::Notify::new());
-    let Some(conn_id) = admit(gateway, tx, close, user, &regroup) else {
+    let Some(conn_id) = admit(gateway, tx, close, (request_id, user), &regroup) else {
         return;
     };
     let device = Device {
@@ -332,12 +332,12 @@ fn admit(
     gateway: &Gateway,
     tx: &flume::Sender<Out>,
     close: &CancellationToken,
-    user: i64,
+    (request_id, user): (u64, i64),
     regroup: &Arc<tokio::sync::Notify>,
 ) -> Option<u64> {
     let admission = &gateway.admission;
     if let Err(refused) = admission.check_capacity(gateway.connections.len()) {
-        say(tx, frames::refused(&refused));
+        say(tx, frames::refused(request_id, &refused));
         return None;
     }
     let handle = Handle {
@@ -352,7 +352,10 @@ fn admit(
             .connections
             .insert(handle, limits.sessions_per_user, limits.session_overflow)
     else {
-        say(tx, frames::refused(&admission.too_many_sessions()));
+        say(
+            tx,
+            frames::refused(request_id, &admission.too_many_sessions()),
+        );
         return None;
     };
     if let Some(oldest) = inserted.replaced {

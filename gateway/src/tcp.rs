@@ -147,7 +147,7 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
         let unauthenticated = match gateway.admission.arrive(peer.ip()) {
             Ok(unauthenticated) => unauthenticated,
             Err(refused) => {
-                tokio::spawn(refuse(socket, frames::refused(&refused), max));
+                tokio::spawn(refuse(socket, frames::refused(0, &refused), max));
                 continue;
             }
         };

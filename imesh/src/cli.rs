@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::cluster::{Cluster, ClusterSpec};
+use crate::cluster::{Cluster, ClusterSpec, Ports};
 use clap::{Parser, Subcommand};
 use imesh_kit::config::{AuthConfig, Secret, TelemetryConfig};
 use serde::{Deserialize, Serialize};
@@ -44,6 +44,8 @@ struct UpSettings {
     telemetry: TelemetryConfig,
     data_dir: PathBuf,
     host: IpAddr,
+    /// The ports of the listeners (the documented ones unless set).
+    ports: Ports,
     /// message-svc's send limits per user and group (0 turns one off, e.g. for a load run).
     rate_limits: message_svc::RateLimitConfig,
     /// Offline push to a webhook for users with no live connection (off without a URL).
@@ -65,6 +67,7 @@ impl Default for UpSettings {
             },
             data_dir: PathBuf::from("data"),
             host: IpAddr::from([127, 0, 0, 1]),
+            ports: Ports::STANDARD,
             rate_limits: message_svc::RateLimitConfig::default(),
             offline_push: notify_svc::offline::Config::default(),
             gateway: gateway::Config::default(),
@@ -89,6 +92,7 @@ pub async fn main() -> anyhow::Result<()> {
     let auth = dev_secrets(&settings.data_dir, settings.auth)?;
     let mut spec = ClusterSpec::embedded(&settings.data_dir, auth.clone());
     spec.host = settings.host;
+    spec.ports = settings.ports;
     spec.rate_limits = settings.rate_limits;
     spec.offline_push = settings.offline_push;
     spec.gateway = settings.gateway;

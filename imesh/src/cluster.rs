@@ -13,7 +13,8 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 /// Ports to listen on; 0 picks a free one.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Deserialize, serde::Serialize)]
+#[serde(default)]
 pub struct Ports {
     pub gateway: u16,
     pub gateway_tcp: u16,
@@ -49,6 +50,12 @@ impl Ports {
         sync: 50054,
         notify: 50055,
     };
+}
+
+impl Default for Ports {
+    fn default() -> Self {
+        Self::STANDARD
+    }
 }
 
 /// What to start: where to listen, which stores, which credentials.

@@ -144,7 +144,8 @@ impl Device {
         }
     }
 
-    /// Reads until the reply to `request_id`, keeping pushes and other frames aside.
+    /// Reads until the reply to `request_id`, keeping pushes and other frames aside; a
+    /// fatal error (the connection closing) answers in its place.
     pub async fn reply(&mut self, request_id: u64) -> Body {
         loop {
             let frame = self
@@ -153,6 +154,8 @@ impl Device {
                 .expect("connection open while waiting for a reply");
             match frame.body {
                 Some(body) if frame.request_id == request_id => return body,
+                // The connection ends with it: no reply will come.
+                Some(Body::Error(e)) if e.fatal => return Body::Error(e),
                 Some(Body::Push(push)) => self.pushes.extend(push.entries),
                 _ => self.unsolicited.push_back(frame),
             }
