@@ -174,7 +174,10 @@ impl Admission {
                 connects.retain_recent();
             }
             if let Err(not_until) = connects.check_key(&addr) {
-                let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
+                // At least a millisecond: the token may be due by the time of the reading.
+                let wait = not_until
+                    .wait_time_from(connects.clock().now())
+                    .max(Duration::from_millis(1));
                 let per_sec = self.limits.connects_per_addr_per_sec;
                 return Err(self.refuse(
                     Reason::connect_rate,
