@@ -203,7 +203,7 @@ impl Service {
         };
         let caller = Caller::new(&self.auth.internal_secret)?;
         let gateway = Arc::new(Gateway {
-            tokens: Tokens::new(&self.auth.jwt_secret, Duration::from_secs(1))?,
+            tokens: Tokens::new(&self.auth, Duration::from_secs(1))?,
             backends: Arc::new(backends::Backends::new(caller, &self.config)?),
             connections: Arc::new(connections::Connections::default()),
             admission: Arc::new(admission::Admission::new(self.config.admission.clone())),

@@ -9,7 +9,12 @@ use serde::{Deserialize, de::DeserializeOwned};
 
 /// Settings that are lists, as they are named in the environment's key paths (the gateway
 /// binary's and `imesh up`'s).
-pub const LIST_KEYS: &[&str] = &["admission.platforms", "gateway.admission.platforms"];
+pub const LIST_KEYS: &[&str] = &[
+    "admission.platforms",
+    "gateway.admission.platforms",
+    "auth.jwt_verify_secrets",
+    "auth.jwt_public_keys",
+];
 
 /// Loads `T` from `file` (if given) and the `IMESH__…` environment; absent keys keep
 /// `T::default()`'s values.
@@ -63,24 +68,41 @@ impl fmt::Debug for Secret {
 pub struct AuthConfig {
     /// Proves a gRPC call comes from inside the deployment (`x-imesh-internal`).
     pub internal_secret: Secret,
-    /// HS256 key for the user tokens relation-svc issues and the gateway verifies.
+    /// HS256 key of the user tokens relation-svc issues and the gateway verifies.
     pub jwt_secret: Secret,
+    /// HS256 keys that verify tokens besides `jwt_secret` (rotation: the next key before it
+    /// signs, the last one until its tokens expire).
+    pub jwt_verify_secrets: Vec<Secret>,
+    /// An Ed25519 private key (PKCS#8 PEM): tokens are signed with it instead of
+    /// `jwt_secret`. Only the issuer (relation-svc) needs it.
+    pub jwt_private_key: Secret,
+    /// Ed25519 public keys (PEM) that verify tokens: the private key's own and any other
+    /// still trusted. A gateway holding only these needs no `jwt_secret`.
+    pub jwt_public_keys: Vec<String>,
 }
 
 impl AuthConfig {
-    /// Refuses to start with a missing secret rather than run open.
+    /// Refuses to start with a missing secret rather than run open: the internal
+    /// credential, and a token key (a secret, or Ed25519 public keys).
     pub fn validate(&self) -> Result<(), String> {
-        for (name, secret) in [
-            ("auth.internal_secret", &self.internal_secret),
-            ("auth.jwt_secret", &self.jwt_secret),
-        ] {
-            if secret.expose().len() < 16 {
-                return Err(format!(
-                    "{name} must be set to at least 16 characters (IMESH__{}__{})",
-                    "AUTH",
-                    name.trim_start_matches("auth.").to_uppercase()
-                ));
-            }
+        let short = |secret: &Secret| secret.expose().len() < 16;
+        if short(&self.internal_secret) {
+            return Err(
+                "auth.internal_secret must be set to at least 16 characters (IMESH__AUTH__INTERNAL_SECRET)"
+                    .into(),
+            );
+        }
+        if self.jwt_public_keys.is_empty() && short(&self.jwt_secret) {
+            return Err("auth.jwt_secret must be set to at least 16 characters (IMESH__AUTH__JWT_SECRET), or auth.jwt_public_keys to Ed25519 keys".into());
+        }
+        if let Some(i) = self
+            .jwt_verify_secrets
+            .iter()
+            .position(|s| !s.is_empty() && short(s))
+        {
+            return Err(format!(
+                "auth.jwt_verify_secrets[{i}] must be at least 16 characters"
+            ));
         }
         Ok(())
     }

@@ -127,3 +127,22 @@ fn redis_config(url: String) -> RedisConfig {
 pub fn random_id() -> i64 {
     rand::rng().random_range(1_000_000..i64::MAX / 4)
 }
+
+/// Two Ed25519 key pairs (made with `openssl genpkey -algorithm ed25519`) for tests of
+/// EdDSA tokens; never for a deployment.
+pub const PRIVATE_A: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIKIyv6oEbCttMtqIRsgYrEQWm11q2WUG8MZyAhev+q+9
+-----END PRIVATE KEY-----
+";
+pub const PUBLIC_A: &str = "-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEAPPD1GM0VlE8+I3xPV9Ouurd89LZ7phhSgfa1XI3umcc=
+-----END PUBLIC KEY-----
+";
+pub const PRIVATE_B: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEINi7DRN/HhUJn3WKFKD3KeQwtUVlDmAET+YIGJmie5MV
+-----END PRIVATE KEY-----
+";
+pub const PUBLIC_B: &str = "-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEAPanl7ZzO3akgVRCIi3FHTTwh1cuhCX4/xw+2Gy0vfcY=
+-----END PUBLIC KEY-----
+";

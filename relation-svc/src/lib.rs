@@ -137,7 +137,7 @@ pub fn wire(
         users.clone(),
         friend_store.clone(),
     ));
-    let tokens = Tokens::new(&auth.jwt_secret, Duration::from_secs(config.token_ttl_secs))?;
+    let tokens = Tokens::new(auth, Duration::from_secs(config.token_ttl_secs))?;
     let sessions = Arc::new(peers::NotifySessions::new(
         grpc::channel(&config.notify_addr)?,
         Caller::new(&auth.internal_secret)?,

@@ -78,6 +78,7 @@ impl TestCluster {
         let auth = AuthConfig {
             internal_secret: Secret::new(INTERNAL_SECRET),
             jwt_secret: Secret::new(JWT_SECRET),
+            ..AuthConfig::default()
         };
         let backend = match stores {
             Stores::Embedded => Backend::Sqlite,

@@ -135,7 +135,7 @@ async fn a_full_gateway_refuses_new_sessions_and_turns_not_ready() {
     let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
     assert_eq!(status(&mut health).await, serving);
     let _first = env.signed_in(&token, "a").await;
-    let mut second = env.signed_in(&token, "b").await;
+    let second = env.signed_in(&token, "b").await;
     let mut third = env.tcp_device().await;
     let refused = third.auth(&token, "c").await.expect_err("refused");
     assert_eq!(refused.code, Code::ResourceExhausted as u32);

@@ -53,6 +53,7 @@ impl Senders {
         let auth = AuthConfig {
             internal_secret: Secret::new(INTERNAL_SECRET),
             jwt_secret: Secret::new(JWT_SECRET),
+            ..AuthConfig::default()
         };
         let caller = Caller::new(&auth.internal_secret).unwrap();
         let db = || async { testing::fresh_sql(testing::Backend::Sqlite).await.unwrap() };

@@ -32,6 +32,12 @@ prometheus.io/path: /metrics
   valueFrom: { secretKeyRef: { name: {{ include "imesh.secretName" . }}, key: internal-secret } }
 - name: IMESH__AUTH__JWT_SECRET
   valueFrom: { secretKeyRef: { name: {{ include "imesh.secretName" . }}, key: jwt-secret } }
+- name: IMESH__AUTH__JWT_VERIFY_SECRETS
+  valueFrom: { secretKeyRef: { name: {{ include "imesh.secretName" . }}, key: jwt-verify-secrets, optional: true } }
+{{- with .Values.auth.jwtPublicKeys }}
+- name: IMESH__AUTH__JWT_PUBLIC_KEYS
+  value: {{ join "," . | quote }}
+{{- end }}
 - name: IMESH__TELEMETRY__LOG
   value: {{ .Values.telemetry.log | quote }}
 - name: IMESH__TELEMETRY__JSON

@@ -41,6 +41,7 @@ async fn apis() -> Vec<(&'static str, RelationApi)> {
     let auth = AuthConfig {
         internal_secret: Secret::new("internal-secret-0123456789"),
         jwt_secret: Secret::new("jwt-secret-0123456789abcdef"),
+        ..AuthConfig::default()
     };
     let mut out = Vec::new();
     for (name, cache) in shared {

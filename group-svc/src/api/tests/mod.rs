@@ -56,6 +56,7 @@ async fn api_over(
     let auth = AuthConfig {
         internal_secret: Secret::new("internal-secret-0123456789"),
         jwt_secret: Secret::new("jwt-secret-0123456789abcdef"),
+        ..AuthConfig::default()
     };
     let db_config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
     let db = imesh_kit::sql::connect_and_migrate::<crate::store::sql::Migrator>(&db_config)
