@@ -27,9 +27,11 @@ pub mod connections;
 pub mod frames;
 pub mod holds;
 pub mod link;
+pub mod listen;
 pub mod sends;
 pub mod session;
 pub mod tcp;
+pub mod tls;
 pub mod window;
 pub mod writer;
 pub mod ws;
@@ -99,6 +101,8 @@ pub struct Config {
     pub send_hold_ms: u64,
     /// Who may connect and hold a session (see [`admission`]).
     pub admission: admission::Limits,
+    /// TLS on both client listeners when a certificate is set (see [`tls`]).
+    pub tls: tls::TlsConfig,
 }
 
 impl Default for Config {
@@ -128,6 +132,7 @@ impl Default for Config {
             send_timeout_ms: 5_000,
             send_hold_ms: 1_000,
             admission: admission::Limits::default(),
+            tls: tls::TlsConfig::default(),
         }
     }
 }
@@ -226,20 +231,26 @@ impl Service {
             .readiness(capacity_probe(&gateway))
             .serve(grpc_listener, stop_grpc.clone().cancelled_owned());
         let grpc_task = tokio::spawn(grpc_server);
-        // Frames are small and latency-bound: no Nagle on client connections.
-        let clients = axum::serve::ListenerExt::tap_io(clients, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY not set on a client connection");
-            }
-        });
+        let tls = tls::Tls::load(&self.config.tls)?;
+        if let Some(tls) = &tls {
+            tokio::spawn(tls.clone().watch(gateway.draining.clone()));
+        }
+        let accepting = listen::Accepting {
+            admission: gateway.admission.clone(),
+            tls: tls.clone(),
+            refusal: listen::Refusal::Http,
+            max_frame_bytes: self.config.max_frame_bytes,
+            stop: gateway.draining.clone(),
+        };
+        let clients = listen::Clients::serve(clients, accepting)?;
         let router = ws::router(gateway.clone());
         let ws = axum::serve(
             clients,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
+            router.into_make_service_with_connect_info::<listen::Client>(),
         )
         .with_graceful_shutdown(gateway.draining.clone().cancelled_owned());
         let ws_task = tokio::spawn(ws.into_future());
-        let tcp_task = tokio::spawn(tcp::serve(tcp_clients, gateway.clone()));
+        let tcp_task = tokio::spawn(tcp::serve(tcp_clients, gateway.clone(), tls));
         shutdown.await;
         gateway.draining.cancel();
         let deadline = tokio::time::Instant::now() + self.config.grpc.grace();

@@ -17,13 +17,17 @@
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use futures::{SinkExt, StreamExt, future};
-use tokio::net::{TcpListener, TcpStream};
+use futures::{StreamExt, future};
+use tokio::net::TcpListener;
 use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
 
 use crate::{
-    Gateway, frames,
+    Gateway,
+    admission::Refused,
+    frames,
     link::{self, Inbound},
+    listen::{self, Accepting, Refusal},
+    tls::Tls,
 };
 
 pub const HEADER_LEN: usize = 12;
@@ -123,37 +127,25 @@ fn varint(bytes: &mut &[u8]) -> Option<u64> {
     None
 }
 
-/// Accepts TCP clients until the gateway drains; each connection runs on its own task.
-/// A connection admission refuses is told why in one frame, then closed.
-pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
-    loop {
-        let accepted = tokio::select! {
-            () = gateway.draining.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let (socket, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of descriptors or similar: give the system a moment to free some.
-                tracing::warn!(error = %e, "accepting a TCP client failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        if let Err(e) = socket.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set on a client connection");
-        }
-        let max = gateway.config.max_frame_bytes;
-        let unauthenticated = match gateway.admission.arrive(peer.ip()) {
-            Ok(unauthenticated) => unauthenticated,
-            Err(refused) => {
-                tokio::spawn(refuse(socket, frames::refused(0, &refused), max));
-                continue;
-            }
-        };
+/// Serves TCP clients until the gateway drains: admitted ones (see [`crate::listen`]) each
+/// on a task of its own, over TLS when `tls` is set; a refused plaintext client is told
+/// why in one frame, then closed.
+pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, tls: Option<Arc<Tls>>) {
+    let max = gateway.config.max_frame_bytes;
+    let how = Accepting {
+        admission: gateway.admission.clone(),
+        tls,
+        refusal: Refusal::Frame(refusal_frame),
+        max_frame_bytes: max,
+        stop: gateway.draining.clone(),
+    };
+    listen::accept(listener, how, move |stream, client| {
         let gateway = gateway.clone();
         tokio::spawn(async move {
-            let (read, write) = socket.into_split();
+            let Some(place) = client.take_place() else {
+                return;
+            };
+            let (read, write) = tokio::io::split(stream);
             // I/O errors and EOF (a truncated frame included) end the stream; framing
             // errors are reported once, then the codec ends it.
             let reader = FramedRead::with_capacity(read, FrameCodec::new(max), SOCKET_BUFFER)
@@ -163,18 +155,19 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
                     Err(e) => Inbound::Broken(e.to_string()),
                 });
             let writer = FramedWrite::with_capacity(write, FrameCodec::new(max), SOCKET_BUFFER);
-            link::serve(Box::pin(reader), writer, gateway, unauthenticated).await;
+            link::serve(Box::pin(reader), writer, gateway, place).await;
         });
-    }
+    })
+    .await;
 }
 
-/// Writes `frame` to a refused client (for at most a second), then closes.
-async fn refuse(socket: TcpStream, frame: Bytes, max: usize) {
-    let mut writer = FramedWrite::new(socket, FrameCodec::new(max));
-    let _ = tokio::time::timeout(REFUSAL_WRITE, writer.send(frame)).await;
+/// A refusal as the one framed error a refused client reads before the close.
+fn refusal_frame(refused: &Refused, max: usize) -> Bytes {
+    let mut framed = BytesMut::new();
+    // Small and of this version: encoding cannot fail.
+    let _ = FrameCodec::new(max).encode(frames::refused(0, refused), &mut framed);
+    framed.freeze()
 }
-
-const REFUSAL_WRITE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Initial read and write buffers per connection (tokio-util's default is 8 KiB each);
 /// a bigger frame grows them as it arrives.

@@ -5,8 +5,6 @@
 
 use std::sync::Arc;
 
-use std::net::SocketAddr;
-
 use axum::{
     Router,
     extract::{
@@ -26,6 +24,7 @@ use crate::{
     Gateway,
     admission::{Refused, Unauthenticated},
     link::{self, Inbound},
+    listen::Client,
 };
 
 /// The subprotocol of JSON frames.
@@ -43,22 +42,26 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
 /// 128 KiB default made every idle connection cost 130 KB.)
 const SOCKET_BUFFER: usize = 512;
 
-/// Upgrades a client admission lets in; refuses the others before the upgrade, with 429
-/// and a `Retry-After`.
+/// Upgrades a client admission let in (at accept, [`crate::listen`]); a connection that
+/// lost its place (a second upgrade on it) asks admission again, refused with 429 and a
+/// `Retry-After`.
 async fn upgrade(
     ws: WebSocketUpgrade,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(client): ConnectInfo<Client>,
     State(gateway): State<Arc<Gateway>>,
 ) -> Response {
-    let unauthenticated = match gateway.admission.arrive(peer.ip()) {
-        Ok(unauthenticated) => unauthenticated,
-        Err(refused) => return refusal(&refused),
+    let place = match client.take_place() {
+        Some(place) => place,
+        None => match gateway.admission.arrive(client.peer.ip()) {
+            Ok(place) => place,
+            Err(refused) => return refusal(&refused),
+        },
     };
     ws.max_message_size(gateway.config.max_frame_bytes)
         .read_buffer_size(SOCKET_BUFFER)
         .write_buffer_size(SOCKET_BUFFER)
         .protocols([JSON_PROTOCOL])
-        .on_upgrade(move |socket| serve_socket(socket, gateway, unauthenticated))
+        .on_upgrade(move |socket| serve_socket(socket, gateway, place))
 }
 
 fn refusal(refused: &Refused) -> Response {
