@@ -8,6 +8,7 @@ use std::{
 
 use crate::cluster::{Cluster, ClusterSpec, Ports};
 use clap::{Parser, Subcommand};
+use gateway::tls::TlsConfig;
 use imesh_kit::config::{AuthConfig, Secret, TelemetryConfig};
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +32,10 @@ enum Command {
         /// The address to listen on.
         #[arg(long)]
         host: Option<IpAddr>,
+        /// Serve wss:// and TLS on the TCP port with a self-signed certificate for
+        /// localhost, made once and kept in the data folder (for local trials).
+        #[arg(long)]
+        tls_self_signed: bool,
     },
     /// Drives a named scenario through a gateway with real connections and reports
     /// throughput, send → push latency, losses and duplicates (and server cost with --pid).
@@ -79,8 +84,12 @@ impl Default for UpSettings {
 /// Runs the command the process's arguments name.
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let (data, host) = match cli.command {
-        Command::Up { data, host } => (data, host),
+    let (data, host, tls_self_signed) = match cli.command {
+        Command::Up {
+            data,
+            host,
+            tls_self_signed,
+        } => (data, host, tls_self_signed),
         Command::Bench(spec) => return bench(*spec).await,
     };
     let mut settings: UpSettings = imesh_kit::config::load(cli.config.as_deref())
@@ -90,6 +99,12 @@ pub async fn main() -> anyhow::Result<()> {
     let _telemetry = imesh_kit::telemetry::init("imesh", &settings.telemetry)?;
     std::fs::create_dir_all(&settings.data_dir)?;
     let auth = dev_secrets(&settings.data_dir, settings.auth)?;
+    if tls_self_signed {
+        let (cert, key) = self_signed_certificate(&settings.data_dir, settings.host)?;
+        settings.gateway.tls.cert_file = cert.display().to_string();
+        settings.gateway.tls.key_file = key.display().to_string();
+    }
+    let tls = settings.gateway.tls.clone();
     let mut spec = ClusterSpec::embedded(&settings.data_dir, auth.clone());
     spec.host = settings.host;
     spec.ports = settings.ports;
@@ -98,7 +113,7 @@ pub async fn main() -> anyhow::Result<()> {
     spec.gateway = settings.gateway;
     spec.login = settings.login;
     let cluster = Cluster::start(spec).await?;
-    print_banner(&cluster, &auth, &settings.data_dir);
+    print_banner(&cluster, &auth, &settings.data_dir, &tls);
     cluster.run_until(imesh_kit::grpc::shutdown_signal()).await
 }
 
@@ -140,24 +155,49 @@ fn dev_secrets(data_dir: &Path, mut auth: AuthConfig) -> anyhow::Result<AuthConf
     Ok(auth)
 }
 
+/// A self-signed certificate for localhost and `host`, made once and kept in `data_dir`:
+/// the certificate's and the key's paths.
+fn self_signed_certificate(data_dir: &Path, host: IpAddr) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let (cert, key) = (data_dir.join("tls-cert.pem"), data_dir.join("tls-key.pem"));
+    if !(cert.exists() && key.exists()) {
+        let names = vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            host.to_string(),
+        ];
+        let made = rcgen::generate_simple_self_signed(names)?;
+        std::fs::write(&key, made.signing_key.serialize_pem())?;
+        std::fs::write(&cert, made.cert.pem())?;
+    }
+    Ok((cert, key))
+}
+
 fn random_secret() -> String {
     use rand::Rng;
     let bytes: [u8; 16] = rand::rng().random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn print_banner(cluster: &Cluster, auth: &AuthConfig, data_dir: &Path) {
+fn print_banner(cluster: &Cluster, auth: &AuthConfig, data_dir: &Path, tls: &TlsConfig) {
     let a = &cluster.addrs;
     let secret = auth.internal_secret.expose();
     println!(
         "imesh is up (embedded: SQLite under {}, in-process counters and presence)\n",
         data_dir.display()
     );
-    println!("  gateway        ws://{}/ws", a.gateway);
+    let (scheme, over) = if tls.enabled() {
+        ("wss", ", over TLS")
+    } else {
+        ("ws", "")
+    };
+    println!("  gateway        {scheme}://{}/ws", a.gateway);
     println!(
-        "  gateway (tcp)  {} (12-byte header per frame)",
+        "  gateway (tcp)  {} (12-byte header per frame{over})",
         a.gateway_tcp
     );
+    if tls.enabled() {
+        println!("  certificate    {} (trust it in clients)", tls.cert_file);
+    }
     for (name, addr) in [
         ("relation-svc", a.relation),
         ("group-svc", a.group),

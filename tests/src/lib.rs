@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod device;
+pub mod up;
 
 use std::time::Duration;
 
@@ -63,7 +64,7 @@ pub struct TestCluster {
     pub caller: Caller,
 }
 
-const PASSWORD: &str = "correct horse";
+pub const PASSWORD: &str = "correct horse";
 
 pub const INTERNAL_SECRET: &str = "test-internal-secret-0123456789";
 pub const JWT_SECRET: &str = "test-jwt-secret-0123456789abcdef";

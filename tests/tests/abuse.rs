@@ -6,23 +6,15 @@
 
 use std::{
     net::{IpAddr, SocketAddr},
-    path::PathBuf,
-    process::Stdio,
     time::{Duration, Instant},
 };
 
-use imesh_kit::config::Secret;
-use imesh_kit::identity::{Actor, CLIENT_ADDR_HEADER, Caller};
-use imesh_protos::{
-    gateway::{ServerFrame, server_frame::Body},
-    relation::{LoginRequest, RegisterRequest, relation_service_client::RelationServiceClient},
-};
-use imesh_tests::{Device, INTERNAL_SECRET, JWT_SECRET, PATIENCE, device::TCP_HEADER, eventually};
+use imesh_protos::gateway::{ServerFrame, server_frame::Body};
+use imesh_tests::{Device, device::TCP_HEADER, eventually, up::UpProcess};
 use prost::Message as _;
 use tokio::{
     io::AsyncReadExt,
     net::{TcpSocket, TcpStream},
-    process::{Child, Command},
 };
 use tonic::Code;
 
@@ -33,106 +25,12 @@ const PLATFORMS: &str = "ios,android,ipad,web,desktop,macos,windows,linux,tv,wat
 const PER_ADDR: usize = 64;
 const FLOOD: usize = 500;
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
-}
-
-/// `imesh up` as a process, killed when dropped.
-struct Up {
-    _child: Child,
-    data: PathBuf,
-    gateway_tcp: SocketAddr,
-    relation: SocketAddr,
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data);
-    }
-}
-
-async fn imesh_up() -> Up {
-    let data = std::env::temp_dir().join(format!("imesh-abuse-{}", free_port()));
-    let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
-    let (gateway_tcp, relation) = (local(free_port()), local(free_port()));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_test-imesh"));
-    command
-        .args(["up", "--data"])
-        .arg(&data)
-        .env("IMESH__AUTH__INTERNAL_SECRET", INTERNAL_SECRET)
-        .env("IMESH__AUTH__JWT_SECRET", JWT_SECRET)
-        .env("IMESH__PORTS__GATEWAY_TCP", gateway_tcp.port().to_string())
-        .env("IMESH__PORTS__RELATION", relation.port().to_string())
-        .env("IMESH__GATEWAY__ADMISSION__LIMIT_LOOPBACK", "true")
-        .env("IMESH__GATEWAY__ADMISSION__PLATFORMS", PLATFORMS)
-        .env("IMESH__TELEMETRY__LOG", "warn");
-    for name in [
-        "GATEWAY",
-        "GATEWAY_GRPC",
-        "GROUP",
-        "MESSAGE",
-        "SYNC",
-        "NOTIFY",
-    ] {
-        command.env(format!("IMESH__PORTS__{name}"), free_port().to_string());
-    }
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("imesh up starts");
-    for addr in [gateway_tcp, relation] {
-        eventually("imesh up listening", PATIENCE, || async {
-            TcpStream::connect(addr).await.ok().map(drop)
-        })
-        .await;
-    }
-    Up {
-        _child: child,
-        data,
-        gateway_tcp,
-        relation,
-    }
-}
-
-impl Up {
-    fn relation(&self) -> RelationServiceClient<imesh_kit::grpc::Channel> {
-        RelationServiceClient::new(imesh_kit::grpc::channel(&self.relation.to_string()).unwrap())
-    }
-
-    async fn register(&self, username: &str) {
-        let caller = Caller::new(&Secret::new(INTERNAL_SECRET)).unwrap();
-        let register = RegisterRequest {
-            username: username.into(),
-            password: "correct horse".into(),
-            nickname: String::new(),
-        };
-        self.relation()
-            .register(caller.request(Actor::System, register))
-            .await
-            .expect("registered");
-    }
-
-    /// A login from the end user at `from`: the token, or the refusal.
-    async fn login(
-        &self,
-        username: &str,
-        password: &str,
-        from: &str,
-    ) -> Result<String, tonic::Status> {
-        let caller = Caller::new(&Secret::new(INTERNAL_SECRET)).unwrap();
-        let login = LoginRequest {
-            username: username.into(),
-            password: password.into(),
-        };
-        let mut request = caller.request(Actor::System, login);
-        request
-            .metadata_mut()
-            .insert(CLIENT_ADDR_HEADER, from.parse().unwrap());
-        Ok(self.relation().login(request).await?.into_inner().token)
-    }
+async fn up() -> UpProcess {
+    let env = [
+        ("IMESH__GATEWAY__ADMISSION__LIMIT_LOOPBACK", "true"),
+        ("IMESH__GATEWAY__ADMISSION__PLATFORMS", PLATFORMS),
+    ];
+    UpProcess::start(env!("CARGO_BIN_EXE_test-imesh"), &[], &env).await
 }
 
 /// A TCP connection to the gateway from `source`, sending nothing.
@@ -161,7 +59,7 @@ async fn heard(mut stream: TcpStream, wait: Duration) -> (Option<ServerFrame>, T
 
 #[tokio::test]
 async fn hostile_clients_are_held_to_their_limits_while_real_users_get_in() {
-    let up = imesh_up().await;
+    let up = up().await;
     up.register("victim").await;
 
     // 500 connections from one address that never authenticate.
@@ -257,7 +155,7 @@ async fn hostile_clients_are_held_to_their_limits_while_real_users_get_in() {
 
 #[tokio::test]
 async fn an_unknown_username_takes_as_long_to_refuse_as_a_known_one() {
-    let up = imesh_up().await;
+    let up = up().await;
     const SAMPLES: usize = 9;
     for n in 0..SAMPLES {
         up.register(&format!("known{n}")).await;

@@ -12,17 +12,13 @@ use imesh_protos::{
     message::content,
     sync::{InboxEntry, sync_event::Kind},
 };
+use imesh_tests::up::free_port;
 use imesh_tests::{
     Device, INTERNAL_SECRET, JWT_SECRET, PATIENCE, Stores, TestCluster, eventually, scrape,
 };
 use tokio::process::{Child, Command};
 
 const PAIRS: usize = 100;
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
-}
 
 /// A gateway running as a process of its own, killed when dropped.
 struct GatewayProcess {

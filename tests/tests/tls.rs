@@ -16,7 +16,7 @@ use imesh_protos::gateway::{Auth, ClientFrame, ServerFrame, client_frame, server
 use imesh_tests::{PATIENCE, Stores, TestCluster, device::tcp_header, eventually};
 use prost::Message as _;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf},
     net::TcpStream,
@@ -259,4 +259,33 @@ async fn a_renewed_certificate_is_served_to_new_connections_without_a_restart() 
         "both listeners"
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn imesh_up_serves_tls_with_the_self_signed_certificate_it_keeps() {
+    let up = imesh_tests::up::UpProcess::start(
+        env!("CARGO_BIN_EXE_test-imesh"),
+        &["--tls-self-signed"],
+        &[],
+    )
+    .await;
+    let pem = std::fs::read(up.data.join("tls-cert.pem")).expect("the certificate kept");
+    let cert = CertificateDer::from_pem_slice(&pem).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    for addr in [up.gateway, up.gateway_tcp] {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        TlsConnector::from(Arc::new(config.clone()))
+            .connect(name, tcp)
+            .await
+            .expect("a handshake with the kept certificate");
+    }
 }
