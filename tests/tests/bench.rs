@@ -8,6 +8,7 @@ use imesh_tests::{INTERNAL_SECRET, Stores, TestCluster};
 fn spec(env: &TestCluster, gateway: String, scenario: Scenario) -> Spec {
     Spec {
         gateway,
+        ca: None,
         relation: env.cluster.addrs.relation.to_string(),
         group: env.cluster.addrs.group.to_string(),
         secret: INTERNAL_SECRET.into(),
@@ -182,6 +183,34 @@ async fn senders_wait_out_rate_limits_and_lose_nothing() {
         .unwrap();
     assert_exact(&report);
     assert!(report.throttled > 0, "{}", report.table());
+}
+
+#[tokio::test]
+async fn direct_over_tcp_with_tls_delivers_each_message_once() {
+    let dir = std::env::temp_dir().join(format!("imesh-bench-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let env = TestCluster::start_with(Stores::Embedded, |spec| {
+        spec.gateway.tls.cert_file = cert.display().to_string();
+        spec.gateway.tls.key_file = key.display().to_string();
+    })
+    .await;
+    let port = env.cluster.addrs.gateway_tcp.port();
+    let direct = Scenario::Direct {
+        pairs: 2,
+        messages: 5,
+        rate: 0,
+        window: 2,
+    };
+    let mut tls = spec(&env, format!("tls://localhost:{port}"), direct);
+    tls.ca = Some(cert);
+    let report = imesh::bench::run(tls, false).await.unwrap();
+    assert_exact(&report);
+    assert_eq!(report.transport, "TCP over TLS");
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[tokio::test]

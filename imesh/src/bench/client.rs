@@ -34,24 +34,49 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Frames queued for writing per device.
 const WRITE_QUEUE: usize = 64;
 
-/// Where devices connect: a WebSocket URL or a TCP address of the gateway.
-#[derive(Debug, Clone)]
+/// Where devices connect: a WebSocket URL or a TCP address of the gateway, the latter
+/// over TLS trusting a given certificate.
+#[derive(Clone)]
 pub enum Target {
     Ws(String),
     Tcp(String),
+    Tls(String, tokio_rustls::TlsConnector),
 }
 
 impl Target {
-    /// `ws://host:port/ws` (or `wss://…`), or `tcp://host:port`.
-    pub fn parse(gateway: &str) -> anyhow::Result<Self> {
-        if gateway.starts_with("ws://") || gateway.starts_with("wss://") {
+    /// `ws://host:port/ws`, `tcp://host:port` or `tls://host:port`; a TLS target trusts
+    /// the certificate (PEM) at `ca`.
+    pub fn parse(gateway: &str, ca: Option<&std::path::Path>) -> anyhow::Result<Self> {
+        if gateway.starts_with("ws://") {
             Ok(Self::Ws(gateway.to_owned()))
         } else if let Some(addr) = gateway.strip_prefix("tcp://") {
             Ok(Self::Tcp(addr.to_owned()))
+        } else if let Some(addr) = gateway.strip_prefix("tls://") {
+            let ca = ca.context("--gateway tls://…: --ca names the certificate to trust")?;
+            Ok(Self::Tls(addr.to_owned(), connector(ca)?))
         } else {
-            bail!("--gateway {gateway:?}: expected ws://host:port/ws or tcp://host:port")
+            bail!(
+                "--gateway {gateway:?}: expected ws://host:port/ws, tcp://host:port or tls://host:port"
+            )
         }
     }
+}
+
+/// A TLS client trusting the certificates in the PEM file `ca`.
+fn connector(ca: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in
+        CertificateDer::pem_file_iter(ca).with_context(|| format!("--ca {}", ca.display()))?
+    {
+        roots.add(cert?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<In>>>>;
@@ -87,11 +112,21 @@ impl Client {
                 tokio::spawn(read_ws(stream, frames_tx, closed.clone()));
             }
             Target::Tcp(addr) => {
-                let stream = TcpStream::connect(addr)
-                    .await
-                    .with_context(|| format!("connecting to {addr}"))?;
-                stream.set_nodelay(true)?;
+                let stream = tcp(addr).await?;
                 let (read, write) = stream.into_split();
+                tokio::spawn(write_tcp(write, queued, closed.clone()));
+                tokio::spawn(read_tcp(read, frames_tx, closed.clone()));
+            }
+            Target::Tls(addr, connector) => {
+                let host = addr
+                    .rsplit_once(':')
+                    .map_or(addr.as_str(), |(host, _)| host);
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())?;
+                let stream = connector
+                    .connect(name, tcp(addr).await?)
+                    .await
+                    .with_context(|| format!("TLS with {addr}"))?;
+                let (read, write) = tokio::io::split(stream);
                 tokio::spawn(write_tcp(write, queued, closed.clone()));
                 tokio::spawn(read_tcp(read, frames_tx, closed.clone()));
             }
@@ -249,8 +284,16 @@ async fn read_ws(
 /// Bytes of the TCP frame header: length u32, version u16, flags u16, command u16, seq u16.
 const TCP_HEADER: usize = 12;
 
+async fn tcp(addr: &str) -> anyhow::Result<TcpStream> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
 async fn write_tcp(
-    mut write: tokio::net::tcp::OwnedWriteHalf,
+    mut write: impl tokio::io::AsyncWrite + Unpin,
     mut queued: mpsc::Receiver<Vec<u8>>,
     closed: CancellationToken,
 ) {
@@ -279,7 +322,7 @@ async fn write_tcp(
 }
 
 async fn read_tcp(
-    mut read: tokio::net::tcp::OwnedReadHalf,
+    mut read: impl tokio::io::AsyncRead + Unpin,
     frames: mpsc::Sender<ServerFrame>,
     closed: CancellationToken,
 ) {

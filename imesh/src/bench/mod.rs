@@ -36,9 +36,14 @@ use self::{
 /// Where the deployment is and how to reach it.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Spec {
-    /// The gateway: `ws://host:port/ws` (WebSocket) or `tcp://host:port` (framed TCP).
+    /// The gateway: `ws://host:port/ws` (WebSocket), `tcp://host:port` (framed TCP) or
+    /// `tls://host:port` (framed TCP over TLS, trusting `--ca`).
     #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
     pub gateway: String,
+    /// The certificate (PEM) a `tls://` gateway is trusted by, e.g. the one
+    /// `imesh up --tls-self-signed` keeps in its data folder.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
     /// relation-svc, for users and tokens.
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub relation: String,
@@ -223,7 +228,7 @@ impl Run {
 
 /// Runs `spec`'s scenario to its end and reports it. `progress` shows a bar on stderr.
 pub async fn run(spec: Spec, progress: bool) -> anyhow::Result<Report> {
-    let target = Target::parse(&spec.gateway)?;
+    let target = Target::parse(&spec.gateway, spec.ca.as_deref())?;
     let bar = if progress {
         indicatif::ProgressBar::new(0).with_style(
             indicatif::ProgressStyle::with_template("{spinner} {msg:<12} {wide_bar} {pos}/{len}")

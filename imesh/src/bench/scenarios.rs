@@ -292,6 +292,7 @@ async fn settle(
     report.transport = match run.target {
         super::client::Target::Ws(_) => "WebSocket".into(),
         super::client::Target::Tcp(_) => "TCP".into(),
+        super::client::Target::Tls(..) => "TCP over TLS".into(),
     };
     Ok(())
 }
