@@ -42,10 +42,16 @@ pub struct Limits {
     /// What a session past `sessions_per_user` does.
     pub session_overflow: Overflow,
     /// The platforms a session may name; empty accepts any short name of `[a-z0-9_-]`.
+    #[serde(deserialize_with = "imesh_kit::config::list")]
     pub platforms: Vec<String>,
     /// Whether the per-address limits apply to loopback clients too (local tools and
     /// `imesh bench` open many connections from one loopback address).
     pub limit_loopback: bool,
+    /// Proxies (addresses or networks, `10.0.0.0/8`) whose clients' own addresses count:
+    /// from a PROXY protocol v2 header on the TCP port, from the first `X-Forwarded-For`
+    /// address on the WebSocket port. Anyone else's forwarded address is ignored.
+    #[serde(deserialize_with = "imesh_kit::config::list")]
+    pub trusted_proxies: Vec<Network>,
 }
 
 impl Default for Limits {
@@ -63,7 +69,30 @@ impl Default for Limits {
             .map(String::from)
             .to_vec(),
             limit_loopback: false,
+            trusted_proxies: Vec::new(),
         }
+    }
+}
+
+/// A network (`10.0.0.0/8`) or one address (`10.1.2.3`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub struct Network(ipnet::IpNet);
+
+impl std::str::FromStr for Network {
+    type Err = ipnet::AddrParseError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.parse::<IpAddr>() {
+            Ok(one) => Ok(Self(one.into())),
+            Err(_) => text.parse().map(Self),
+        }
+    }
+}
+
+impl From<Network> for String {
+    fn from(network: Network) -> Self {
+        network.0.to_string()
     }
 }
 
@@ -216,6 +245,14 @@ impl Admission {
         })
     }
 
+    /// Whether `peer` is a trusted proxy, which names its clients' addresses.
+    pub fn trusts(&self, peer: IpAddr) -> bool {
+        self.limits
+            .trusted_proxies
+            .iter()
+            .any(|network| network.0.contains(&peer))
+    }
+
     /// Unauthenticated connections held now.
     pub fn unauthenticated(&self) -> usize {
         self.pending.lock().1
@@ -360,6 +397,18 @@ mod tests {
         });
         let _held = strict.arrive(local).unwrap();
         assert!(strict.arrive(local).is_err());
+    }
+
+    #[test]
+    fn trusted_proxies_are_networks_or_single_addresses() {
+        let admission = admission(Limits {
+            trusted_proxies: vec!["10.0.0.0/8".parse().unwrap(), "192.0.2.7".parse().unwrap()],
+            ..Limits::default()
+        });
+        assert!(admission.trusts(IpAddr::from([10, 9, 8, 7])));
+        assert!(admission.trusts(IpAddr::from([192, 0, 2, 7])));
+        assert!(!admission.trusts(IpAddr::from([192, 0, 2, 8])));
+        assert!("10.0.0.0/33".parse::<Network>().is_err());
     }
 
     #[test]

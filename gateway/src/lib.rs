@@ -240,6 +240,7 @@ impl Service {
             tls: tls.clone(),
             refusal: listen::Refusal::Http,
             max_frame_bytes: self.config.max_frame_bytes,
+            proxy_protocol: false,
             stop: gateway.draining.clone(),
         };
         let clients = listen::Clients::serve(clients, accepting)?;

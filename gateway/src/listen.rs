@@ -1,15 +1,19 @@
 //! The client listeners' accept loop: admission at accept (connections per address and in
-//! total, the connect rate; [`crate::admission`]), then the TLS handshake when configured,
-//! each on a task of its own so a slow handshake holds up nobody. A refused plaintext
+//! total, the connect rate; [`crate::admission`]) by the client's address — the peer's, or
+//! the one a trusted proxy names in a PROXY protocol v2 header — then the TLS handshake
+//! when configured, each on a task of its own so a slow client holds up nobody. A refused plaintext
 //! client is told why ([`Refusal`]); a refused TLS client is closed before any handshake
 //! work is spent on it.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+};
 
 use axum::{extract::connect_info::Connected, serve::IncomingStream};
 use parking_lot::Mutex;
 use tokio::{
-    io::AsyncWriteExt,
+    io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
     sync::mpsc,
 };
@@ -60,6 +64,9 @@ pub struct Accepting {
     pub tls: Option<Arc<Tls>>,
     pub refusal: Refusal,
     pub max_frame_bytes: usize,
+    /// Whether a trusted proxy opens each connection with a PROXY protocol v2 header (the
+    /// TCP port); else it forwards the client's address per request (WebSocket).
+    pub proxy_protocol: bool,
     pub stop: CancellationToken,
 }
 
@@ -87,38 +94,97 @@ where
         if let Err(e) = socket.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set on a client connection");
         }
-        let place = match how.admission.arrive(peer.ip()) {
-            Ok(place) => place,
-            Err(refused) => {
-                if how.tls.is_none() {
-                    tokio::spawn(refuse(socket, refused, how.clone()));
-                }
-                continue;
-            }
-        };
-        let client = Client {
-            peer,
-            place: Arc::new(Mutex::new(Some(place))),
-        };
-        let (how, admitted) = (how.clone(), admitted.clone());
-        tokio::spawn(async move {
-            let stream = match &how.tls {
-                None => Either::Left(socket),
-                Some(tls) => match tls.accept(socket).await {
-                    Ok(stream) => Either::Right(stream),
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                },
-            };
-            admitted(stream, client);
-        });
+        tokio::spawn(admit(socket, peer, how.clone(), admitted.clone()));
     }
 }
 
+/// Admits one client: by its own address, or by the one a trusted proxy names for it;
+/// then its TLS handshake.
+async fn admit<F>(mut socket: TcpStream, peer: SocketAddr, how: Arc<Accepting>, admitted: F)
+where
+    F: Fn(ClientStream, Client),
+{
+    let proxied = how.admission.trusts(peer.ip());
+    let source = match (proxied, how.proxy_protocol) {
+        (true, true) => {
+            let header = tokio::time::timeout(PROXY_HEADER_TIMEOUT, proxy_header(&mut socket));
+            match header.await {
+                Ok(Ok(source)) => source.unwrap_or(peer.ip()),
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "a trusted proxy sent no PROXY v2 header");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+        _ => peer.ip(),
+    };
+    // A WebSocket client behind a trusted proxy is admitted at its upgrade, by the address
+    // the proxy forwards.
+    let place = if proxied && !how.proxy_protocol {
+        None
+    } else {
+        match how.admission.arrive(source) {
+            Ok(place) => Some(place),
+            Err(refused) => {
+                if how.tls.is_none() {
+                    refuse(socket, refused, &how).await;
+                }
+                return;
+            }
+        }
+    };
+    let client = Client {
+        peer: SocketAddr::new(source, peer.port()),
+        place: Arc::new(Mutex::new(place)),
+    };
+    let stream = match &how.tls {
+        None => Either::Left(socket),
+        Some(tls) => match tls.accept(socket).await {
+            Ok(stream) => Either::Right(stream),
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return;
+            }
+        },
+    };
+    admitted(stream, client);
+}
+
+/// How long a trusted proxy has to send its PROXY header.
+const PROXY_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// The longest PROXY v2 header taken (addresses and TLVs).
+const MAX_PROXY_HEADER: usize = 4096;
+
+/// The client address of a PROXY protocol v2 header (`None` for a LOCAL connection, e.g.
+/// the proxy's own health check).
+async fn proxy_header(socket: &mut TcpStream) -> std::io::Result<Option<IpAddr>> {
+    use ppp::v2::{Addresses, Command, Header, PROTOCOL_PREFIX};
+    let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    let mut header = vec![0u8; 16];
+    socket.read_exact(&mut header).await?;
+    if !header.starts_with(PROTOCOL_PREFIX) {
+        return Err(invalid("no PROXY v2 signature".into()));
+    }
+    let len = usize::from(u16::from_be_bytes([header[14], header[15]]));
+    if len > MAX_PROXY_HEADER {
+        return Err(invalid(format!("a PROXY header of {len} bytes")));
+    }
+    header.resize(16 + len, 0);
+    socket.read_exact(&mut header[16..]).await?;
+    let parsed = Header::try_from(header.as_slice()).map_err(|e| invalid(e.to_string()))?;
+    if parsed.command == Command::Local {
+        return Ok(None);
+    }
+    Ok(match parsed.addresses {
+        Addresses::IPv4(a) => Some(IpAddr::V4(a.source_address)),
+        Addresses::IPv6(a) => Some(IpAddr::V6(a.source_address)),
+        Addresses::Unspecified | Addresses::Unix(_) => None,
+    })
+}
+
 /// Tells a refused plaintext client why (for at most a second), then closes.
-async fn refuse(mut socket: TcpStream, refused: Refused, how: Arc<Accepting>) {
+async fn refuse(mut socket: TcpStream, refused: Refused, how: &Accepting) {
     let bytes = match how.refusal {
         Refusal::Frame(frame) => frame(&refused, how.max_frame_bytes),
         Refusal::Http => {

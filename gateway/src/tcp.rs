@@ -137,6 +137,7 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, tls: Option<Arc
         tls,
         refusal: Refusal::Frame(refusal_frame),
         max_frame_bytes: max,
+        proxy_protocol: true,
         stop: gateway.draining.clone(),
     };
     listen::accept(listener, how, move |stream, client| {

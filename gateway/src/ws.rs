@@ -3,7 +3,7 @@
 //! WebSocket client, the browser demo), one frame per text message in the proto3 JSON
 //! mapping. JSON frames are converted at this edge: the rest of the gateway speaks protobuf.
 
-use std::sync::Arc;
+use std::{net::IpAddr, sync::Arc};
 
 use axum::{
     Router,
@@ -11,7 +11,7 @@ use axum::{
         ConnectInfo, State,
         ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade},
     },
-    http::{StatusCode, header},
+    http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
     routing::get,
 };
@@ -42,17 +42,21 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
 /// 128 KiB default made every idle connection cost 130 KB.)
 const SOCKET_BUFFER: usize = 512;
 
-/// Upgrades a client admission let in (at accept, [`crate::listen`]); a connection that
-/// lost its place (a second upgrade on it) asks admission again, refused with 429 and a
-/// `Retry-After`.
+/// Upgrades a client admission let in (at accept, [`crate::listen`]); a client behind a
+/// trusted proxy, or a connection that lost its place (a second upgrade on it), asks
+/// admission here, refused with 429 and a `Retry-After`.
 async fn upgrade(
     ws: WebSocketUpgrade,
     ConnectInfo(client): ConnectInfo<Client>,
+    headers: HeaderMap,
     State(gateway): State<Arc<Gateway>>,
 ) -> Response {
     let place = match client.take_place() {
         Some(place) => place,
-        None => match gateway.admission.arrive(client.peer.ip()) {
+        None => match gateway
+            .admission
+            .arrive(source(&gateway, &client, &headers))
+        {
             Ok(place) => place,
             Err(refused) => return refusal(&refused),
         },
@@ -62,6 +66,21 @@ async fn upgrade(
         .write_buffer_size(SOCKET_BUFFER)
         .protocols([JSON_PROTOCOL])
         .on_upgrade(move |socket| serve_socket(socket, gateway, place))
+}
+
+/// The client's address: the first `X-Forwarded-For` address when its peer is a trusted
+/// proxy (and the header names one), else the peer's.
+fn source(gateway: &Gateway, client: &Client, headers: &HeaderMap) -> IpAddr {
+    let peer = client.peer.ip();
+    if !gateway.admission.trusts(peer) {
+        return peer;
+    }
+    headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .and_then(|first| first.trim().parse().ok())
+        .unwrap_or(peer)
 }
 
 fn refusal(refused: &Refused) -> Response {

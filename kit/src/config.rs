@@ -12,6 +12,8 @@ use serde::{Deserialize, de::DeserializeOwned};
 pub const LIST_KEYS: &[&str] = &[
     "admission.platforms",
     "gateway.admission.platforms",
+    "admission.trusted_proxies",
+    "gateway.admission.trusted_proxies",
     "auth.jwt_verify_secrets",
     "auth.jwt_public_keys",
 ];
@@ -37,6 +39,27 @@ pub fn load<T: DeserializeOwned + Default + serde::Serialize>(
     builder.add_source(environment).build()?.try_deserialize()
 }
 
+/// Deserializes a list setting, dropping empty entries: a variable set to "" (the chart's
+/// value for an empty list) is an empty list, not a list of one empty value.
+pub fn list<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+    T::Err: fmt::Display,
+{
+    use serde::de::Error as _;
+    Vec::<String>::deserialize(deserializer)?
+        .iter()
+        .map(|entry| entry.trim())
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            entry
+                .parse()
+                .map_err(|e| D::Error::custom(format!("{entry:?}: {e}")))
+        })
+        .collect()
+}
+
 /// A value that must not appear in logs or `Debug` output.
 #[derive(Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(transparent)]
@@ -56,6 +79,14 @@ impl Secret {
     }
 }
 
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Ok(Self::new(value))
+    }
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret(…)")
@@ -72,12 +103,14 @@ pub struct AuthConfig {
     pub jwt_secret: Secret,
     /// HS256 keys that verify tokens besides `jwt_secret` (rotation: the next key before it
     /// signs, the last one until its tokens expire).
+    #[serde(deserialize_with = "list")]
     pub jwt_verify_secrets: Vec<Secret>,
     /// An Ed25519 private key (PKCS#8 PEM): tokens are signed with it instead of
     /// `jwt_secret`. Only the issuer (relation-svc) needs it.
     pub jwt_private_key: Secret,
     /// Ed25519 public keys (PEM) that verify tokens: the private key's own and any other
     /// still trusted. A gateway holding only these needs no `jwt_secret`.
+    #[serde(deserialize_with = "list")]
     pub jwt_public_keys: Vec<String>,
 }
 

@@ -424,6 +424,23 @@ impl Device {
         self.unsolicited.drain(..).collect()
     }
 
+    /// The fatal error frame that ends the connection (after any pushes still in flight),
+    /// checking that the connection closes after it.
+    pub async fn closing_error(&mut self) -> Error {
+        loop {
+            let frame = self.read().await.expect("an error frame before the close");
+            match frame.body {
+                Some(Body::Error(e)) => {
+                    assert!(e.fatal, "{e:?}");
+                    assert!(self.read().await.is_none(), "closed after {e:?}");
+                    return e;
+                }
+                Some(Body::Push(_)) => continue,
+                other => panic!("unexpected frame: {other:?}"),
+            }
+        }
+    }
+
     pub async fn close(mut self) {
         match &mut self.wire {
             Wire::Ws(ws) => {

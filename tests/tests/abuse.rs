@@ -104,17 +104,7 @@ async fn hostile_clients_are_held_to_their_limits_while_real_users_get_in() {
             .unwrap_or_else(|e| panic!("session {n} let in: {e:?}"));
         sessions.push(device);
     }
-    let oldest = loop {
-        match sessions[0]
-            .read()
-            .await
-            .expect("a frame before the close")
-            .body
-        {
-            Some(Body::Error(e)) => break e,
-            _ => continue,
-        }
-    };
+    let oldest = sessions[0].closing_error().await;
     assert_eq!(
         (oldest.code, oldest.fatal),
         (Code::Aborted as u32, true),

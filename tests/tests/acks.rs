@@ -3,27 +3,9 @@
 //! (the device resyncs from its cursor); a device that acks keeps its connection and never
 //! sees a push twice; a device that lets the window fill is closed at once.
 
-use imesh_protos::gateway::{Error, server_frame::Body};
-use imesh_tests::{Device, Stores, TestCluster};
+use imesh_protos::gateway::server_frame::Body;
+use imesh_tests::{Stores, TestCluster};
 use tonic::Code;
-
-/// The fatal error frame that ends a connection, after any pushes still in flight.
-async fn closed_with(device: &mut Device) -> Error {
-    loop {
-        let frame = device
-            .read()
-            .await
-            .expect("an error frame before the close");
-        match frame.body {
-            Some(Body::Error(e)) => {
-                assert!(device.read().await.is_none(), "closed after {e:?}");
-                return e;
-            }
-            Some(Body::Push(_)) => continue,
-            other => panic!("unexpected frame: {other:?}"),
-        }
-    }
-}
 
 async fn sent(env: &TestCluster, from: i64, to: i64, id: &str) {
     env.send_text(from, to, id, id).await;
@@ -49,7 +31,7 @@ async fn an_unacked_push_is_resent_once_then_the_connection_closes_while_an_acki
     let first = ben.next_push().await;
     let again = ben.next_push().await;
     assert_eq!(again, first, "the same entry, written again");
-    let e = closed_with(&mut ben).await;
+    let e = ben.closing_error().await;
     assert_eq!((e.code, e.fatal), (Code::DeadlineExceeded as u32, true));
     assert!(e.message.starts_with("ack: "), "{e:?}");
 
@@ -82,7 +64,7 @@ async fn a_full_window_of_unacked_pushes_closes_the_connection() {
             ben.next_push().await;
         }
     }
-    let e = closed_with(&mut ben).await;
+    let e = ben.closing_error().await;
     assert_eq!(
         (e.code, e.fatal, e.message.as_str()),
         (

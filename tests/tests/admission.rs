@@ -4,24 +4,9 @@
 
 use std::time::Duration;
 
-use imesh_protos::gateway::{Error, server_frame::Body};
+use imesh_protos::gateway::server_frame::Body;
 use imesh_tests::{Device, PATIENCE, Stores, TestCluster, eventually};
 use tonic::Code;
-
-/// The fatal error a closed or refused connection gets, and that it closes after it.
-async fn closed_with(device: &mut Device) -> Error {
-    loop {
-        let frame = device
-            .read()
-            .await
-            .expect("an error frame before the close");
-        if let Some(Body::Error(e)) = frame.body {
-            assert!(e.fatal, "{e:?}");
-            assert!(device.read().await.is_none(), "closed after {e:?}");
-            return e;
-        }
-    }
-}
 
 async fn pong(device: &mut Device) -> bool {
     matches!(device.ping().await, Body::Pong(_))
@@ -43,7 +28,7 @@ async fn a_session_past_the_users_cap_closes_their_oldest_with_a_reason() {
         .auth(&token, "d3")
         .await
         .expect("the newest session is let in");
-    let oldest = closed_with(&mut devices[0]).await;
+    let oldest = devices[0].closing_error().await;
     assert_eq!(oldest.code, Code::Aborted as u32);
     assert_eq!(
         oldest.message,
@@ -173,7 +158,7 @@ async fn unauthenticated_connections_past_the_per_address_cap_are_refused_at_onc
     ];
     // Over TCP: a fatal frame with the wait, then the close.
     let mut fourth = Device::connect_tcp(addrs.gateway_tcp).await;
-    let refused = closed_with(&mut fourth).await;
+    let refused = fourth.closing_error().await;
     assert_eq!(refused.code, Code::ResourceExhausted as u32);
     assert_eq!(
         refused.message,
@@ -206,4 +191,64 @@ async fn unauthenticated_connections_past_the_per_address_cap_are_refused_at_onc
     })
     .await;
     assert!(pong(&mut held[0]).await);
+}
+
+/// A PROXY protocol v2 header naming `client` as the connection's source.
+fn proxy_v2(client: [u8; 4]) -> Vec<u8> {
+    use ppp::v2::{Builder, Command, IPv4, Protocol, Version};
+    let addresses = IPv4::new(client, [127, 0, 0, 1], 40_000, 8081);
+    Builder::with_addresses(Version::Two | Command::Proxy, Protocol::Stream, addresses)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_client_counts_by_the_address_the_proxy_names() {
+    let env = TestCluster::start_with(Stores::Embedded, |spec| {
+        spec.gateway.admission.unauthenticated_per_addr = 1;
+        spec.gateway.admission.limit_loopback = true;
+        spec.gateway.admission.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    })
+    .await;
+    let addrs = env.cluster.addrs;
+    // TCP: two connections through the proxy for one client, one for another.
+    let mut first = Device::connect_tcp(addrs.gateway_tcp).await;
+    first.write_tcp(&proxy_v2([203, 0, 113, 5])).await;
+    let mut other = Device::connect_tcp(addrs.gateway_tcp).await;
+    other.write_tcp(&proxy_v2([203, 0, 113, 6])).await;
+    let mut second = Device::connect_tcp(addrs.gateway_tcp).await;
+    second.write_tcp(&proxy_v2([203, 0, 113, 5])).await;
+    let refused = second.closing_error().await;
+    assert_eq!(
+        refused.message,
+        "connections: more than 1 unauthenticated from your address"
+    );
+    let (_, token) = env.user("proxied").await;
+    for device in [&mut first, &mut other] {
+        device
+            .auth(&token, "through-proxy")
+            .await
+            .expect("admitted by its own address");
+    }
+
+    // WebSocket: by the first X-Forwarded-For address.
+    let upgrade = |client: &'static str| {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut request = format!("ws://{}/ws", addrs.gateway)
+            .into_client_request()
+            .unwrap();
+        let forwarded = format!("{client}, 10.0.0.1").parse().unwrap();
+        request.headers_mut().insert("x-forwarded-for", forwarded);
+        tokio_tungstenite::connect_async(request)
+    };
+    let _held = upgrade("198.51.100.20")
+        .await
+        .expect("the first from that client");
+    let _elsewhere = upgrade("198.51.100.21").await.expect("another client");
+    match upgrade("198.51.100.20").await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 429);
+        }
+        other => panic!("expected 429, got {:?}", other.map(|(_, r)| r.status())),
+    }
 }

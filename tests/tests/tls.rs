@@ -52,8 +52,13 @@ fn issue(ca: &Ca, dir: &Path, name: &str) -> CertificateDer<'static> {
 }
 
 fn connector(ca: &Ca) -> TlsConnector {
+    trusting(ca.der().clone())
+}
+
+/// A TLS client trusting `root`.
+fn trusting(root: CertificateDer<'static>) -> TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.der().clone()).unwrap();
+    roots.add(root).unwrap();
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
@@ -270,20 +275,11 @@ async fn imesh_up_serves_tls_with_the_self_signed_certificate_it_keeps() {
     )
     .await;
     let pem = std::fs::read(up.data.join("tls-cert.pem")).expect("the certificate kept");
-    let cert = CertificateDer::from_pem_slice(&pem).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let connector = trusting(CertificateDer::from_pem_slice(&pem).unwrap());
     for addr in [up.gateway, up.gateway_tcp] {
         let tcp = TcpStream::connect(addr).await.unwrap();
         let name = ServerName::try_from("localhost").unwrap();
-        TlsConnector::from(Arc::new(config.clone()))
+        connector
             .connect(name, tcp)
             .await
             .expect("a handshake with the kept certificate");
