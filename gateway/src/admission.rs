@@ -141,6 +141,11 @@ impl Refused {
             _ => tonic::Code::ResourceExhausted,
         }
     }
+
+    /// The wait in whole seconds, at least one: HTTP's `Retry-After`.
+    pub fn retry_after_secs(&self) -> u64 {
+        self.retry_after.as_secs_f64().ceil().max(1.0) as u64
+    }
 }
 
 /// Longest platform name when any is accepted.
@@ -251,11 +256,6 @@ impl Admission {
             .trusted_proxies
             .iter()
             .any(|network| network.0.contains(&peer))
-    }
-
-    /// Unauthenticated connections held now.
-    pub fn unauthenticated(&self) -> usize {
-        self.pending.lock().1
     }
 
     /// Whether a session may name `platform`.
@@ -370,10 +370,10 @@ mod tests {
         let refused = admission.arrive(A).err().unwrap();
         assert_eq!(refused.reason, Reason::unauthenticated_per_addr);
         let other = admission.arrive(B).unwrap();
-        assert_eq!(admission.unauthenticated(), 3);
+        assert_eq!(admission.pending.lock().1, 3);
         drop(held);
         drop(other);
-        assert_eq!(admission.unauthenticated(), 0);
+        assert_eq!(admission.pending.lock().1, 0);
         assert!(
             admission.pending.lock().0.is_empty(),
             "no entry left behind"

@@ -239,7 +239,6 @@ impl Service {
             admission: gateway.admission.clone(),
             tls: tls.clone(),
             refusal: listen::Refusal::Http,
-            max_frame_bytes: self.config.max_frame_bytes,
             proxy_protocol: false,
             stop: gateway.draining.clone(),
         };

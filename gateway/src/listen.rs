@@ -1,9 +1,9 @@
 //! The client listeners' accept loop: admission at accept (connections per address and in
 //! total, the connect rate; [`crate::admission`]) by the client's address — the peer's, or
 //! the one a trusted proxy names in a PROXY protocol v2 header — then the TLS handshake
-//! when configured, each on a task of its own so a slow client holds up nobody. A refused plaintext
-//! client is told why ([`Refusal`]); a refused TLS client is closed before any handshake
-//! work is spent on it.
+//! when configured, each on a task of its own so a slow client holds up nobody. A refused
+//! plaintext client is told why ([`Refusal`]); a refused TLS client is closed before any
+//! handshake work is spent on it.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -53,18 +53,17 @@ impl Client {
 
 /// How a listener tells a refused plaintext client why.
 pub enum Refusal {
-    /// A fatal error frame of the TCP framing.
-    Frame(fn(&Refused, usize) -> bytes::Bytes),
+    /// A fatal error frame of the TCP framing ([`crate::tcp::refusal_frame`]).
+    Frame,
     /// An HTTP 429 with `Retry-After`, before any WebSocket upgrade.
     Http,
 }
 
-/// Where accepted clients go: each to a task of its own (`spawn`), or to an axum listener.
+/// How one listener admits its clients.
 pub struct Accepting {
     pub admission: Arc<Admission>,
     pub tls: Option<Arc<Tls>>,
     pub refusal: Refusal,
-    pub max_frame_bytes: usize,
     /// Whether a trusted proxy opens each connection with a PROXY protocol v2 header (the
     /// TCP port); else it forwards the client's address per request (WebSocket).
     pub proxy_protocol: bool,
@@ -72,10 +71,11 @@ pub struct Accepting {
 }
 
 /// Accepts clients until `stop`, passing each admitted one, after its handshake, to
-/// `admitted`.
-pub async fn accept<F>(listener: TcpListener, how: Accepting, admitted: F)
+/// `admitted` (on the client's own task).
+pub async fn accept<F, Fut>(listener: TcpListener, how: Accepting, admitted: F)
 where
-    F: Fn(ClientStream, Client) + Clone + Send + 'static,
+    F: Fn(ClientStream, Client) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
 {
     let how = Arc::new(how);
     loop {
@@ -101,9 +101,10 @@ where
 
 /// Admits one client: by its own address, or by the one a trusted proxy names for it;
 /// then its TLS handshake.
-async fn admit<F>(mut socket: TcpStream, peer: SocketAddr, how: Arc<Accepting>, admitted: F)
+async fn admit<F, Fut>(mut socket: TcpStream, peer: SocketAddr, how: Arc<Accepting>, admitted: F)
 where
-    F: Fn(ClientStream, Client),
+    F: Fn(ClientStream, Client) -> Fut,
+    Fut: Future<Output = ()>,
 {
     let proxied = how.admission.trusts(peer.ip());
     let source = match (proxied, how.proxy_protocol) {
@@ -149,7 +150,7 @@ where
             }
         },
     };
-    admitted(stream, client);
+    admitted(stream, client).await;
 }
 
 /// How long a trusted proxy has to send its PROXY header.
@@ -187,9 +188,9 @@ async fn proxy_header(socket: &mut TcpStream) -> std::io::Result<Option<IpAddr>>
 /// Tells a refused plaintext client why (for at most a second), then closes.
 async fn refuse(mut socket: TcpStream, refused: Refused, how: &Accepting) {
     let bytes = match how.refusal {
-        Refusal::Frame(frame) => frame(&refused, how.max_frame_bytes),
+        Refusal::Frame => crate::tcp::refusal_frame(&refused),
         Refusal::Http => {
-            let wait_secs = refused.retry_after.as_secs_f64().ceil().max(1.0);
+            let wait_secs = refused.retry_after_secs();
             let body = &refused.message;
             format!(
                 "HTTP/1.1 429 Too Many Requests\r\nRetry-After: {wait_secs}\r\n\
@@ -216,9 +217,9 @@ impl Clients {
         let (tx, incoming) = mpsc::channel(1024);
         tokio::spawn(accept(listener, how, move |stream, client| {
             let tx = tx.clone();
-            tokio::spawn(async move {
+            async move {
                 let _ = tx.send((stream, client)).await;
-            });
+            }
         }));
         Ok(Self { incoming, local })
     }

@@ -135,14 +135,13 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, tls: Option<Arc
     let how = Accepting {
         admission: gateway.admission.clone(),
         tls,
-        refusal: Refusal::Frame(refusal_frame),
-        max_frame_bytes: max,
+        refusal: Refusal::Frame,
         proxy_protocol: true,
         stop: gateway.draining.clone(),
     };
     listen::accept(listener, how, move |stream, client| {
         let gateway = gateway.clone();
-        tokio::spawn(async move {
+        async move {
             let Some(place) = client.take_place() else {
                 return;
             };
@@ -157,16 +156,16 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, tls: Option<Arc
                 });
             let writer = FramedWrite::with_capacity(write, FrameCodec::new(max), SOCKET_BUFFER);
             link::serve(Box::pin(reader), writer, gateway, place).await;
-        });
+        }
     })
     .await;
 }
 
 /// A refusal as the one framed error a refused client reads before the close.
-fn refusal_frame(refused: &Refused, max: usize) -> Bytes {
+pub fn refusal_frame(refused: &Refused) -> Bytes {
     let mut framed = BytesMut::new();
-    // Small and of this version: encoding cannot fail.
-    let _ = FrameCodec::new(max).encode(frames::refused(0, refused), &mut framed);
+    // Encoding checks no limit (only decoding does) and cannot fail.
+    let _ = FrameCodec::new(0).encode(frames::refused(0, refused), &mut framed);
     framed.freeze()
 }
 

@@ -84,10 +84,9 @@ fn source(gateway: &Gateway, client: &Client, headers: &HeaderMap) -> IpAddr {
 }
 
 fn refusal(refused: &Refused) -> Response {
-    let wait_secs = refused.retry_after.as_secs_f64().ceil().max(1.0) as u64;
     (
         StatusCode::TOO_MANY_REQUESTS,
-        [(header::RETRY_AFTER, wait_secs.to_string())],
+        [(header::RETRY_AFTER, refused.retry_after_secs().to_string())],
         refused.message.clone(),
     )
         .into_response()

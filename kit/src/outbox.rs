@@ -454,9 +454,11 @@ impl Relay {
     }
 }
 
-/// How long delivered rows may wait to be deleted: under light load the relay deletes
-/// once per interval instead of once per batch, each DELETE a trip to the database. A
-/// crash before the deletion delivers those rows again, which sinks must tolerate anyway.
+/// How old the first of the delivered rows gathered for deletion may be before the next
+/// delivery deletes them with its own: under light load the relay deletes about once per
+/// interval instead of once per batch, each DELETE a trip to the database. Rows of an idle
+/// relay wait for its next delivery or its stop; a crash before the deletion delivers
+/// them again, which sinks must tolerate anyway.
 const REMOVE_AFTER: Duration = Duration::from_millis(100);
 
 /// Handed-over rows delivered and not deleted yet, and the deletion under way (it runs

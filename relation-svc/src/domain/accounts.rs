@@ -1,7 +1,10 @@
 //! Accounts: registration, login, profiles, and the admin path of app servers (accounts
 //! without passwords, tokens on demand, disabling).
 
-use std::{net::IpAddr, sync::Arc, sync::OnceLock};
+use std::{
+    net::IpAddr,
+    sync::{Arc, OnceLock},
+};
 
 use imesh_kit::{error::StoreError, ids::Snowflake, token::Tokens};
 
