@@ -48,17 +48,18 @@ const MAX_GROUP_PAGES: usize = 50;
 impl Backends {
     /// Connects lazily and starts the send lanes and the ack writer on the current runtime.
     pub fn new(caller: Caller, config: &crate::Config) -> anyhow::Result<Self> {
-        let message = MessageServiceClient::new(grpc::channel(&config.message_addr)?);
-        let sync = SyncServiceClient::new(grpc::channel(&config.sync_addr)?);
+        let peers = grpc::Peers::new(&config.grpc)?;
+        let message = MessageServiceClient::new(peers.channel(&config.message_addr)?);
+        let sync = SyncServiceClient::new(peers.channel(&config.sync_addr)?);
         Ok(Self {
             sends: Sends::spawn(message.clone(), caller.clone(), config.send_limits()),
             acks: Acks::spawn(sync.clone(), caller.clone()),
             caller,
-            relation: RelationServiceClient::new(grpc::channel(&config.relation_addr)?),
-            group: GroupServiceClient::new(grpc::channel(&config.group_addr)?),
+            relation: RelationServiceClient::new(peers.channel(&config.relation_addr)?),
+            group: GroupServiceClient::new(peers.channel(&config.group_addr)?),
             message,
             sync,
-            notify: NotifyServiceClient::new(grpc::channel(&config.notify_addr)?),
+            notify: NotifyServiceClient::new(peers.channel(&config.notify_addr)?),
         })
     }
 

@@ -31,7 +31,6 @@ pub mod listen;
 pub mod sends;
 pub mod session;
 pub mod tcp;
-pub mod tls;
 pub mod window;
 pub mod writer;
 pub mod ws;
@@ -102,7 +101,7 @@ pub struct Config {
     /// Who may connect and hold a session (see [`admission`]).
     pub admission: admission::Limits,
     /// TLS on both client listeners when a certificate is set (see [`tls`]).
-    pub tls: tls::TlsConfig,
+    pub tls: imesh_kit::tls::TlsConfig,
 }
 
 impl Default for Config {
@@ -132,7 +131,7 @@ impl Default for Config {
             send_timeout_ms: 5_000,
             send_hold_ms: 1_000,
             admission: admission::Limits::default(),
-            tls: tls::TlsConfig::default(),
+            tls: imesh_kit::tls::TlsConfig::default(),
         }
     }
 }
@@ -231,7 +230,7 @@ impl Service {
             .readiness(capacity_probe(&gateway))
             .serve(grpc_listener, stop_grpc.clone().cancelled_owned());
         let grpc_task = tokio::spawn(grpc_server);
-        let tls = tls::Tls::load(&self.config.tls)?;
+        let tls = imesh_kit::tls::Tls::load(&self.config.tls, None, &[])?;
         if let Some(tls) = &tls {
             tokio::spawn(tls.clone().watch(gateway.draining.clone()));
         }

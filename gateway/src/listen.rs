@@ -20,10 +20,9 @@ use tokio::{
 use tokio_rustls::server::TlsStream;
 use tokio_util::{either::Either, sync::CancellationToken};
 
-use crate::{
-    admission::{Admission, Refused, Unauthenticated},
-    tls::Tls,
-};
+use imesh_kit::tls::Tls;
+
+use crate::admission::{Admission, Refused, Unauthenticated};
 
 /// A client's byte stream, plain or TLS. The TLS state is boxed: inline, its size (about
 /// 1 KB of rustls connection) would be paid by every plain connection too.

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures::{StreamExt, future};
+use imesh_kit::tls::Tls;
 use tokio::net::TcpListener;
 use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
 
@@ -27,7 +28,6 @@ use crate::{
     frames,
     link::{self, Inbound},
     listen::{self, Accepting, Refusal},
-    tls::Tls,
 };
 
 pub const HEADER_LEN: usize = 12;

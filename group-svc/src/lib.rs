@@ -104,12 +104,13 @@ pub fn wire(
 ) -> anyhow::Result<(api::GroupApi, Relay)> {
     let ids = Arc::new(Snowflake::new(node_id));
     let caller = Caller::new(&auth.internal_secret)?;
+    let peers = grpc::Peers::new(&config.grpc)?;
     let forgets = Arc::new(std::sync::OnceLock::new());
     let relay = Relay::new(
         SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
         Arc::new(notices::TimelineSink::new(
-            SyncSink::new(grpc::channel(&config.sync_addr)?, caller.clone()),
-            grpc::channel(&config.message_addr)?,
+            SyncSink::new(peers.channel(&config.sync_addr)?, caller.clone()),
+            peers.channel(&config.message_addr)?,
             caller,
             forgets.clone(),
         )),
@@ -186,12 +187,13 @@ impl Service {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
         let caller = Caller::new(&auth.internal_secret)?;
+        let peers = grpc::Peers::new(&config.grpc)?;
         let seqs = Arc::new(peers::MessageSeqs::new(
-            grpc::channel(&config.message_addr)?,
+            peers.channel(&config.message_addr)?,
             caller.clone(),
         ));
         let names = Arc::new(peers::RelationNames::new(
-            grpc::channel(&config.relation_addr)?,
+            peers.channel(&config.relation_addr)?,
             caller,
         ));
         let (shared, redis_url) = shared_cache(&config).await?;
@@ -252,4 +254,23 @@ impl Service {
         self.db.close().await?;
         served
     }
+}
+
+/// The `group-svc` program: settings from the file and environment, `migrate` to bring the
+/// schema up to date and stop, otherwise serve until SIGTERM.
+pub async fn run_binary() -> anyhow::Result<()> {
+    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("group-svc");
+    if imesh_kit::cli::migrate_only() {
+        return imesh_kit::cli::migrate::<store::sql::Migrator>(
+            "group-svc",
+            &settings.service.database,
+        )
+        .await;
+    }
+    let listener = TcpListener::bind(settings.service.grpc.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "group-svc listening");
+    Service::build(settings.service, &settings.auth, settings.node_id)
+        .await?
+        .serve(listener, imesh_kit::grpc::shutdown_signal())
+        .await
 }

@@ -8,8 +8,8 @@ use std::{
 
 use crate::cluster::{Cluster, ClusterSpec, Ports};
 use clap::{Parser, Subcommand};
-use gateway::tls::TlsConfig;
 use imesh_kit::config::{AuthConfig, Secret, TelemetryConfig};
+use imesh_kit::tls::TlsConfig;
 use serde::{Deserialize, Serialize};
 
 #[derive(Parser)]

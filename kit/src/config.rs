@@ -152,6 +152,8 @@ pub struct GrpcConfig {
     pub concurrency_limit: usize,
     /// How long in-flight requests may take to finish after a shutdown signal.
     pub grace_ms: u64,
+    /// Mutual TLS with the other services; off when no certificate is named.
+    pub tls: PeerTlsConfig,
 }
 
 impl GrpcConfig {
@@ -178,6 +180,70 @@ impl Default for GrpcConfig {
             timeout_ms: 10_000,
             concurrency_limit: 4096,
             grace_ms: 20_000,
+            tls: PeerTlsConfig::default(),
+        }
+    }
+}
+
+/// Mutual TLS between services: each presents `cert_file` (for the name `server_name`) and
+/// accepts peers whose certificate `ca_file` signed. The server side asks every caller for
+/// a certificate and answers UNAUTHENTICATED to service calls without one; health,
+/// reflection, `/metrics` and the probes (`/livez`, `/readyz`) answer any TLS client.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct PeerTlsConfig {
+    /// This service's certificate chain (PEM, leaf first); empty: plaintext gRPC.
+    pub cert_file: String,
+    /// Its private key (PEM).
+    pub key_file: String,
+    /// The CA certificate(s) every service's certificate is signed by (PEM).
+    pub ca_file: String,
+    /// The DNS name every service's certificate carries; callers check it, whatever
+    /// address they dialled (pods are dialled by IP).
+    pub server_name: String,
+    /// How often the server's certificate files are checked for a change.
+    pub reload_secs: u64,
+    /// A handshake not done in this long closes the connection.
+    pub handshake_timeout_ms: u64,
+}
+
+impl Default for PeerTlsConfig {
+    fn default() -> Self {
+        Self {
+            cert_file: String::new(),
+            key_file: String::new(),
+            ca_file: String::new(),
+            server_name: "imesh-internal".to_owned(),
+            reload_secs: 10,
+            handshake_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl PeerTlsConfig {
+    /// Whether mutual TLS is on; an incomplete setting is an error.
+    pub fn enabled(&self) -> anyhow::Result<bool> {
+        if self.cert_file.is_empty() {
+            return Ok(false);
+        }
+        anyhow::ensure!(
+            !self.key_file.is_empty(),
+            "grpc.tls.key_file: must be set with grpc.tls.cert_file"
+        );
+        anyhow::ensure!(
+            !self.ca_file.is_empty(),
+            "grpc.tls.ca_file: must be set with grpc.tls.cert_file (peers are verified)"
+        );
+        Ok(true)
+    }
+
+    /// The listener side of these settings.
+    pub fn listener(&self) -> crate::tls::TlsConfig {
+        crate::tls::TlsConfig {
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+            reload_secs: self.reload_secs,
+            handshake_timeout_ms: self.handshake_timeout_ms,
         }
     }
 }

@@ -3,25 +3,38 @@
 //! [`Server`] adds `grpc.health.v1` (SERVING once listening, NOT_SERVING while a readiness
 //! probe fails and from the first moment of shutdown), reflection (v1 and v1alpha, so
 //! grpcurl of any age works), a request span, a per-request timeout and a global
-//! concurrency limit, Prometheus metrics per RPC (scraped at `/metrics` on the same port).
+//! concurrency limit, Prometheus metrics per RPC (scraped at `/metrics` on the same port),
+//! HTTP probes (`/livez`: the process serves; `/readyz`: its stores answer), and mutual TLS
+//! with the other services when `grpc.tls` names a certificate ([`Peers`] is the client
+//! side).
 //! Shutdown runs in a fixed order: health NOT_SERVING → stop accepting →
 //! drain in-flight requests within the grace period → return (the caller closes pools).
 
 use std::{
-    convert::Infallible, future::Future, net::SocketAddr, pin::Pin, sync::Arc, time::Duration,
+    convert::Infallible,
+    future::Future,
+    net::SocketAddr,
+    path::Path,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
 };
 
+use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tonic::{
     body::Body,
     server::NamedService,
     service::{Routes, RoutesBuilder},
-    transport::{Endpoint, server::TcpIncoming},
+    transport::{Certificate, ClientTlsConfig, Endpoint, Identity, server::TcpIncoming},
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 use tower::Service;
 
-use crate::config::GrpcConfig;
+use crate::{config::GrpcConfig, tls::Tls};
 
 mod local;
 pub use local::Channel;
@@ -109,9 +122,15 @@ impl Server {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha);
         set_all(&health, &self.names, ServingStatus::Serving).await;
-        let probe_task = self
-            .readiness
-            .map(|probe| tokio::spawn(watch_readiness(probe, health.clone(), self.names.clone())));
+        let ready = Arc::new(AtomicBool::new(true));
+        let probe_task = self.readiness.map(|probe| {
+            tokio::spawn(watch_readiness(
+                probe,
+                health.clone(),
+                self.names.clone(),
+                ready.clone(),
+            ))
+        });
 
         let service = self.names.first().copied().unwrap_or("grpc");
         let metrics = crate::metrics::Metrics::new(
@@ -119,10 +138,28 @@ impl Server {
                 .unwrap_or_else(|| crate::metrics::registry(service)),
         );
         let scrape = metrics.clone();
-        let router = routes.routes().into_axum_router().route(
-            "/metrics",
-            axum::routing::get(move || async move { scrape.render() }),
-        );
+        let readyz = ready.clone();
+        let router = routes
+            .routes()
+            .into_axum_router()
+            .route(
+                "/metrics",
+                axum::routing::get(move || async move { scrape.render() }),
+            )
+            .route("/livez", axum::routing::get(|| async { "live\n" }))
+            .route(
+                "/readyz",
+                axum::routing::get(move || {
+                    let ready = readyz.load(Ordering::Relaxed);
+                    async move {
+                        if ready {
+                            (http::StatusCode::OK, "ready\n")
+                        } else {
+                            (http::StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                        }
+                    }
+                }),
+            );
         let limit = tower::limit::GlobalConcurrencyLimitLayer::new(self.config.concurrency_limit);
         // Callers in this process skip the socket; they share the concurrency limit.
         let in_process = local::Registration::new(
@@ -136,7 +173,20 @@ impl Server {
                 self.config.timeout(),
             ),
         );
+        let tls = if self.config.tls.enabled()? {
+            Tls::load(
+                &self.config.tls.listener(),
+                Some(Path::new(&self.config.tls.ca_file)),
+                &[b"h2", b"http/1.1"],
+            )?
+        } else {
+            None
+        };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let tcp_router = match &tls {
+            Some(_) => router.layer(axum::middleware::from_fn(peers_only)),
+            None => router,
+        };
         let server = tonic::transport::Server::builder()
             .accept_http1(true)
             .timeout(self.config.timeout())
@@ -149,15 +199,27 @@ impl Server {
             })
             .layer(limit)
             .layer(crate::metrics::MetricsLayer(metrics))
-            .add_routes(Routes::from(router))
-            // The builder's tcp_nodelay only reaches listeners tonic binds itself: without
-            // it here every reply waited on Nagle's algorithm and the peer's delayed ACK.
-            .serve_with_incoming_shutdown(
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                async {
-                    let _ = stop_rx.await;
-                },
-            );
+            .add_routes(Routes::from(tcp_router));
+        let stopped = async {
+            let _ = stop_rx.await;
+        };
+        let stop_watching = tokio_util::sync::CancellationToken::new();
+        let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+            match tls {
+                Some(tls) => {
+                    tokio::spawn(tls.clone().watch(stop_watching.clone()));
+                    Box::pin(
+                        server.serve_with_incoming_shutdown(tls_incoming(listener, tls), stopped),
+                    )
+                }
+                // The builder's tcp_nodelay only reaches listeners tonic binds itself: without
+                // it here every reply waited on Nagle's algorithm and the peer's delayed ACK.
+                None => Box::pin(server.serve_with_incoming_shutdown(
+                    TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    stopped,
+                )),
+            };
+        let _stop_watching = stop_watching.drop_guard();
         tokio::pin!(server);
         tokio::select! {
             result = &mut server => return Ok(result?),
@@ -167,6 +229,7 @@ impl Server {
             task.abort();
         }
         set_all(&health, &self.names, ServingStatus::NotServing).await;
+        ready.store(false, Ordering::Relaxed);
         drop(in_process);
         let _ = stop_tx.send(());
         match tokio::time::timeout(self.config.grace(), server).await {
@@ -186,11 +249,16 @@ async fn set_all(health: &HealthReporter, names: &[&str], status: ServingStatus)
     }
 }
 
-async fn watch_readiness(probe: Readiness, health: HealthReporter, names: Vec<&'static str>) {
+async fn watch_readiness(
+    probe: Readiness,
+    health: HealthReporter,
+    names: Vec<&'static str>,
+    shown: Arc<AtomicBool>,
+) {
     let mut was_ready = true;
     loop {
-        tokio::time::sleep(READINESS_INTERVAL).await;
         let ready = probe().await;
+        shown.store(ready, Ordering::Relaxed);
         if ready != was_ready {
             tracing::warn!(ready, "store readiness changed");
             let status = if ready {
@@ -201,7 +269,73 @@ async fn watch_readiness(probe: Readiness, health: HealthReporter, names: Vec<&'
             set_all(&health, &names, status).await;
             was_ready = ready;
         }
+        tokio::time::sleep(READINESS_INTERVAL).await;
     }
+}
+
+/// Paths any TLS client may call; the rest need a client certificate.
+const OPEN_PATHS: &[&str] = &[
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/metrics",
+    "/livez",
+    "/readyz",
+];
+
+/// Lets service calls through only from a caller that presented a certificate of the CA.
+async fn peers_only(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let path = request.uri().path();
+    if crate::tls::peer_verified(request.extensions())
+        || OPEN_PATHS.iter().any(|open| path.starts_with(open))
+    {
+        return next.run(request).await;
+    }
+    tonic::Status::unauthenticated(
+        "this service's calls need a client certificate signed by the internal CA (grpc.tls)",
+    )
+    .into_http::<axum::body::Body>()
+}
+
+/// The TLS connections of `listener`, handshakes run side by side; one that fails or
+/// stalls is closed and left out.
+fn tls_incoming(
+    listener: TcpListener,
+    tls: Arc<Tls>,
+) -> impl futures::Stream<Item = std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>>
+{
+    let (ready, incoming) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let tcp = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = ready.closed() => return,
+            };
+            let _ = tcp.set_nodelay(true);
+            let (tls, ready) = (tls.clone(), ready.clone());
+            tokio::spawn(async move {
+                match tls.accept(tcp).await {
+                    Ok(stream) => {
+                        let _ = ready.send(Ok(stream)).await;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "TLS handshake with a peer failed"),
+                }
+            });
+        }
+    });
+    futures::stream::unfold(incoming, |mut incoming| async move {
+        incoming.recv().await.map(|stream| (stream, incoming))
+    })
 }
 
 /// Streams one HTTP/2 connection carries at once; a client queues more until one ends.
@@ -217,30 +351,81 @@ const STREAM_WINDOW: u32 = 1 << 20;
 /// How often a balanced channel looks its host name up again.
 const RESOLVE_EVERY: Duration = Duration::from_secs(10);
 
-/// A lazily connecting channel to another service at `host:port` (or an `http://` URI);
-/// calls to a server of this process skip the network (see [`local`]).
-///
-/// An IP address gets one connection. A host name is resolved now and every
-/// [`RESOLVE_EVERY`], with one connection per address and calls balanced over them: behind
-/// a Kubernetes headless Service each pod is an address, where one HTTP/2 connection to a
-/// single resolved address would pin every call to one pod.
+/// A plaintext channel to `addr` (tools and tests; services use [`Peers::channel`]).
 pub fn channel(addr: &str) -> anyhow::Result<Channel> {
-    let authority = addr.split_once("://").map_or(addr, |(_, rest)| rest);
-    let (host, port) = authority
-        .rsplit_once(':')
-        .ok_or_else(|| anyhow::anyhow!("{addr:?}: expected host:port"))?;
-    let port: u16 = port
-        .trim_end_matches('/')
-        .parse()
-        .map_err(|_| anyhow::anyhow!("{addr:?}: the port is not a number"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-        let remote = endpoint(&format!("http://{authority}"))?.connect_lazy();
-        return Ok(Channel::new(remote, Some(SocketAddr::new(ip, port))));
+    Peers::default().channel(addr)
+}
+
+/// How this process reaches other services: plaintext, or mutual TLS per `grpc.tls`.
+#[derive(Clone, Default)]
+pub struct Peers {
+    tls: Option<ClientTlsConfig>,
+}
+
+impl Peers {
+    /// Reads the certificate files now; they are presented for the process's lifetime.
+    pub fn new(config: &GrpcConfig) -> anyhow::Result<Self> {
+        let tls = &config.tls;
+        if !tls.enabled()? {
+            return Ok(Self::default());
+        }
+        let read = |path: &str, key: &str| {
+            std::fs::read(path).with_context(|| format!("grpc.tls.{key}: {path}"))
+        };
+        crate::tls::roots(Path::new(&tls.ca_file)).context("grpc.tls.ca_file")?;
+        Ok(Self {
+            tls: Some(
+                ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(read(&tls.ca_file, "ca_file")?))
+                    .identity(Identity::from_pem(
+                        read(&tls.cert_file, "cert_file")?,
+                        read(&tls.key_file, "key_file")?,
+                    ))
+                    .domain_name(tls.server_name.clone())
+                    .timeout(Duration::from_millis(tls.handshake_timeout_ms)),
+            ),
+        })
     }
-    let (remote, changes) = tonic::transport::Channel::balance_channel(16);
-    tokio::spawn(follow_addresses(format!("{host}:{port}"), changes));
-    Ok(Channel::new(remote, None))
+
+    /// A lazily connecting channel to another service at `host:port` (or an `http://`
+    /// URI); calls to a server of this process skip the network (see [`local`]).
+    ///
+    /// An IP address gets one connection. A host name is resolved now and every
+    /// [`RESOLVE_EVERY`], with one connection per address and calls balanced over them:
+    /// behind a Kubernetes headless Service each pod is an address, where one HTTP/2
+    /// connection to a single resolved address would pin every call to one pod.
+    pub fn channel(&self, addr: &str) -> anyhow::Result<Channel> {
+        let authority = addr.split_once("://").map_or(addr, |(_, rest)| rest);
+        let (host, port) = authority
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow::anyhow!("{addr:?}: expected host:port"))?;
+        let port: u16 = port
+            .trim_end_matches('/')
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{addr:?}: the port is not a number"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+            let remote = self
+                .endpoint(authority.trim_end_matches('/'))?
+                .connect_lazy();
+            return Ok(Channel::new(remote, Some(SocketAddr::new(ip, port))));
+        }
+        let (remote, changes) = tonic::transport::Channel::balance_channel(16);
+        tokio::spawn(follow_addresses(
+            format!("{host}:{port}"),
+            self.clone(),
+            changes,
+        ));
+        Ok(Channel::new(remote, None))
+    }
+
+    /// An endpoint at `authority` (`host:port`), over TLS if this process uses it.
+    fn endpoint(&self, authority: &str) -> anyhow::Result<Endpoint> {
+        Ok(match &self.tls {
+            None => endpoint(&format!("http://{authority}"))?,
+            Some(tls) => endpoint(&format!("https://{authority}"))?.tls_config(tls.clone())?,
+        })
+    }
 }
 
 fn endpoint(uri: &str) -> anyhow::Result<Endpoint> {
@@ -255,6 +440,7 @@ fn endpoint(uri: &str) -> anyhow::Result<Endpoint> {
 /// Keeps `changes` in step with the addresses `name` resolves to, until the channel is gone.
 async fn follow_addresses(
     name: String,
+    peers: Peers,
     changes: tokio::sync::mpsc::Sender<tonic::transport::channel::Change<SocketAddr, Endpoint>>,
 ) {
     use tonic::transport::channel::Change;
@@ -269,7 +455,7 @@ async fn follow_addresses(
                     }
                 }
                 for new in found.difference(&known) {
-                    let Ok(endpoint) = endpoint(&format!("http://{new}")) else {
+                    let Ok(endpoint) = peers.endpoint(&new.to_string()) else {
                         continue;
                     };
                     if changes.send(Change::Insert(*new, endpoint)).await.is_err() {
@@ -405,6 +591,56 @@ mod tests {
             failed.first()
         );
         server.abort();
+    }
+
+    /// The status line of `GET path` over plain HTTP/1.
+    async fn http_status(addr: SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: imesh\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response.lines().next().unwrap_or_default().to_owned()
+    }
+
+    #[tokio::test]
+    async fn livez_answers_while_serving_and_readyz_follows_the_stores() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stores_up = Arc::new(AtomicBool::new(true));
+        let probe = stores_up.clone();
+        let server = Server::new(&GrpcConfig::on(addr)).readiness(Arc::new(move || {
+            let up = probe.load(Ordering::Relaxed);
+            Box::pin(async move { up })
+        }));
+        let serving = tokio::spawn(server.serve(listener, std::future::pending()));
+        crate::testing::until_async("ready at start", || async {
+            http_status(addr, "/readyz")
+                .await
+                .starts_with("HTTP/1.1 200")
+        })
+        .await;
+        stores_up.store(false, Ordering::Relaxed);
+        crate::testing::until_async("not ready while the stores are down", || async {
+            http_status(addr, "/readyz")
+                .await
+                .starts_with("HTTP/1.1 503")
+        })
+        .await;
+        let live = http_status(addr, "/livez").await;
+        assert!(
+            live.starts_with("HTTP/1.1 200"),
+            "alive without its stores: {live}"
+        );
+        stores_up.store(true, Ordering::Relaxed);
+        crate::testing::until_async("ready again", || async {
+            http_status(addr, "/readyz")
+                .await
+                .starts_with("HTTP/1.1 200")
+        })
+        .await;
+        serving.abort();
     }
 
     #[tokio::test]

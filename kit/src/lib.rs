@@ -30,6 +30,7 @@ pub mod seq;
 pub mod sql;
 pub mod telemetry;
 pub mod testing;
+pub mod tls;
 pub mod token;
 
 #[global_allocator]

@@ -131,8 +131,9 @@ impl Service {
             config.seq_step,
         );
         let caller = Caller::new(&auth.internal_secret)?;
+        let peers = grpc::Peers::new(&config.grpc)?;
         let sink =
-            imesh_kit::outbox::SyncSink::new(grpc::channel(&config.sync_addr)?, caller.clone());
+            imesh_kit::outbox::SyncSink::new(peers.channel(&config.sync_addr)?, caller.clone());
         let mut registry = imesh_kit::metrics::registry("message-svc");
         seqs.register(&mut registry);
         let relay = Relay::new(
@@ -142,12 +143,12 @@ impl Service {
         )
         .observed(&RelayMetrics::register(&mut registry));
         let groups = peers::GroupServiceGate::new(
-            grpc::channel(&config.group_addr)?,
+            peers.channel(&config.group_addr)?,
             caller.clone(),
             config.write_fanout_max_members,
         );
         let directory =
-            peers::RelationDirectory::new(grpc::channel(&config.relation_addr)?, caller);
+            peers::RelationDirectory::new(peers.channel(&config.relation_addr)?, caller);
         let messages = domain::Messages::new(
             Arc::new(store::sql::SqlMessageStore::handing_off(
                 db.clone(),
@@ -211,4 +212,23 @@ impl Service {
         self.db.close().await?;
         served
     }
+}
+
+/// The `message-svc` program: settings from the file and environment, `migrate` to bring the
+/// schema up to date and stop, otherwise serve until SIGTERM.
+pub async fn run_binary() -> anyhow::Result<()> {
+    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("message-svc");
+    if imesh_kit::cli::migrate_only() {
+        return imesh_kit::cli::migrate::<store::sql::Migrator>(
+            "message-svc",
+            &settings.service.database,
+        )
+        .await;
+    }
+    let listener = TcpListener::bind(settings.service.grpc.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "message-svc listening");
+    Service::build(settings.service, &settings.auth, settings.node_id)
+        .await?
+        .serve(listener, imesh_kit::grpc::shutdown_signal())
+        .await
 }

@@ -17,11 +17,11 @@ pub struct GrpcFriends {
 }
 
 impl GrpcFriends {
-    pub fn new(caller: Caller, relation_addr: &str) -> anyhow::Result<Self> {
-        Ok(Self {
+    pub fn new(caller: Caller, channel: Channel) -> Self {
+        Self {
             caller,
-            client: RelationServiceClient::new(imesh_kit::grpc::channel(relation_addr)?),
-        })
+            client: RelationServiceClient::new(channel),
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use imesh_kit::grpc::Channel;
+use imesh_kit::grpc::{Channel, Peers};
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     gateway::{self as pb, gateway_service_client::GatewayServiceClient},
@@ -16,13 +16,15 @@ use crate::router::{ConnectionPush, Gateways};
 
 pub struct GrpcGateways {
     caller: Caller,
+    peers: Peers,
     clients: Mutex<HashMap<String, GatewayServiceClient<Channel>>>,
 }
 
 impl GrpcGateways {
-    pub fn new(caller: Caller) -> Self {
+    pub fn new(caller: Caller, peers: Peers) -> Self {
         Self {
             caller,
+            peers,
             clients: Mutex::new(HashMap::new()),
         }
     }
@@ -32,7 +34,7 @@ impl GrpcGateways {
         if let Some(client) = clients.get(addr) {
             return Ok(client.clone());
         }
-        let client = GatewayServiceClient::new(imesh_kit::grpc::channel(addr)?);
+        let client = GatewayServiceClient::new(self.peers.channel(addr)?);
         clients.insert(addr.to_owned(), client.clone());
         Ok(client)
     }

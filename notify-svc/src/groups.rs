@@ -13,11 +13,11 @@ pub struct GrpcGroups {
 }
 
 impl GrpcGroups {
-    pub fn new(caller: Caller, group_addr: &str) -> anyhow::Result<Self> {
-        Ok(Self {
+    pub fn new(caller: Caller, channel: Channel) -> Self {
+        Self {
             caller,
-            client: GroupServiceClient::new(imesh_kit::grpc::channel(group_addr)?),
-        })
+            client: GroupServiceClient::new(channel),
+        }
     }
 }
 

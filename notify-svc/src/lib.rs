@@ -103,7 +103,8 @@ impl Service {
             None => (Arc::new(presence::MemoryPresence::default()), None),
         };
         let caller = Caller::new(&auth.internal_secret)?;
-        let gateways = gateways::GrpcGateways::new(caller.clone());
+        let peers = grpc::Peers::new(&config.grpc)?;
+        let gateways = gateways::GrpcGateways::new(caller.clone(), peers.clone());
         let ttl = Duration::from_secs(config.presence_ttl_secs);
         let mut router =
             router::Router::new(presence, Arc::new(gateways), ttl, config.multi_device);
@@ -111,21 +112,28 @@ impl Service {
         if !push.webhook_url.is_empty() {
             let webhook =
                 webhook::Webhook::new(&push.webhook_url, Duration::from_millis(push.timeout_ms))?;
-            let targets = targets::SyncTargets::new(caller.clone(), &config.sync_addr)?;
+            let targets =
+                targets::SyncTargets::new(caller.clone(), peers.channel(&config.sync_addr)?);
             let offline = offline::OfflinePush::start(push, Arc::new(targets), Arc::new(webhook));
             router = router.with_offline_push(offline);
         }
         let router = Arc::new(router);
         let typing = typing::Typing::new(
             router.clone(),
-            Arc::new(groups::GrpcGroups::new(caller.clone(), &config.group_addr)?),
+            Arc::new(groups::GrpcGroups::new(
+                caller.clone(),
+                peers.channel(&config.group_addr)?,
+            )),
             api::encode_typing,
             config.typing_max_members,
             Duration::from_millis(config.typing_interval_ms),
         );
         let watch = watch::Watch::new(
             router.clone(),
-            Arc::new(friends::GrpcFriends::new(caller, &config.relation_addr)?),
+            Arc::new(friends::GrpcFriends::new(
+                caller,
+                peers.channel(&config.relation_addr)?,
+            )),
             api::encode_presence,
         );
         let mut registry = imesh_kit::metrics::registry("notify-svc");
@@ -161,4 +169,15 @@ impl Service {
         }
         server.serve(listener, shutdown).await
     }
+}
+
+/// The `notify-svc` program: settings from the file and environment; serves until SIGTERM.
+pub async fn run_binary() -> anyhow::Result<()> {
+    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("notify-svc");
+    let listener = TcpListener::bind(settings.service.grpc.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "notify-svc listening");
+    Service::build(settings.service, &settings.auth)
+        .await?
+        .serve(listener, imesh_kit::grpc::shutdown_signal())
+        .await
 }

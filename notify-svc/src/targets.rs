@@ -12,11 +12,11 @@ pub struct SyncTargets {
 }
 
 impl SyncTargets {
-    pub fn new(caller: Caller, sync_addr: &str) -> anyhow::Result<Self> {
-        Ok(Self {
+    pub fn new(caller: Caller, channel: Channel) -> Self {
+        Self {
             caller,
-            client: SyncServiceClient::new(imesh_kit::grpc::channel(sync_addr)?),
-        })
+            client: SyncServiceClient::new(channel),
+        }
     }
 }
 

@@ -104,10 +104,11 @@ pub fn wire(
 ) -> anyhow::Result<(api::RelationApi, [Relay; 2])> {
     let ids = Arc::new(Snowflake::new(node_id));
     let caller = Caller::new(&auth.internal_secret)?;
+    let peers = grpc::Peers::new(&config.grpc)?;
     let relay = Relay::new(
         SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
         Arc::new(SyncSink::new(
-            grpc::channel(&config.sync_addr)?,
+            peers.channel(&config.sync_addr)?,
             caller.clone(),
         )),
         config.outbox_batch,
@@ -115,7 +116,7 @@ pub fn wire(
     let renames = Relay::new(
         SqlOutbox::new(db.clone(), renames::OUTBOX_TABLE),
         Arc::new(renames::GroupRenameSink::new(
-            grpc::channel(&config.group_addr)?,
+            peers.channel(&config.group_addr)?,
             caller,
         )),
         config.outbox_batch,
@@ -139,7 +140,7 @@ pub fn wire(
     ));
     let tokens = Tokens::new(auth, Duration::from_secs(config.token_ttl_secs))?;
     let sessions = Arc::new(peers::NotifySessions::new(
-        grpc::channel(&config.notify_addr)?,
+        peers.channel(&config.notify_addr)?,
         Caller::new(&auth.internal_secret)?,
     ));
     let accounts = Arc::new(Accounts::new(
@@ -229,4 +230,23 @@ impl Service {
         self.db.close().await?;
         served
     }
+}
+
+/// The `relation-svc` program: settings from the file and environment, `migrate` to bring the
+/// schema up to date and stop, otherwise serve until SIGTERM.
+pub async fn run_binary() -> anyhow::Result<()> {
+    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("relation-svc");
+    if imesh_kit::cli::migrate_only() {
+        return imesh_kit::cli::migrate::<store::sql::Migrator>(
+            "relation-svc",
+            &settings.service.database,
+        )
+        .await;
+    }
+    let listener = TcpListener::bind(settings.service.grpc.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "relation-svc listening");
+    Service::build(settings.service, &settings.auth, settings.node_id)
+        .await?
+        .serve(listener, imesh_kit::grpc::shutdown_signal())
+        .await
 }

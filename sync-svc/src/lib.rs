@@ -103,9 +103,10 @@ impl Service {
             config.seq_step,
         );
         let caller = Caller::new(&auth.internal_secret)?;
+        let peers = grpc::Peers::new(&config.grpc)?;
         let notifier =
-            peers::NotifyNotifier::new(grpc::channel(&config.notify_addr)?, caller.clone());
-        let members = peers::GroupMemberships::new(grpc::channel(&config.group_addr)?, caller);
+            peers::NotifyNotifier::new(peers.channel(&config.notify_addr)?, caller.clone());
+        let members = peers::GroupMemberships::new(peers.channel(&config.group_addr)?, caller);
         let inboxes = domain::Inboxes::new(
             Arc::new(store::sql::SqlInboxStore::new(db.clone())),
             domain::Parts {
@@ -201,4 +202,23 @@ async fn purge_hourly(
             },
         }
     }
+}
+
+/// The `sync-svc` program: settings from the file and environment, `migrate` to bring the
+/// schema up to date and stop, otherwise serve until SIGTERM.
+pub async fn run_binary() -> anyhow::Result<()> {
+    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("sync-svc");
+    if imesh_kit::cli::migrate_only() {
+        return imesh_kit::cli::migrate::<store::sql::Migrator>(
+            "sync-svc",
+            &settings.service.database,
+        )
+        .await;
+    }
+    let listener = TcpListener::bind(settings.service.grpc.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "sync-svc listening");
+    Service::build(settings.service, &settings.auth, settings.node_id)
+        .await?
+        .serve(listener, imesh_kit::grpc::shutdown_signal())
+        .await
 }

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod device;
+pub mod processes;
 pub mod up;
 
 use std::time::Duration;

@@ -15,6 +15,7 @@ app.kubernetes.io/component: {{ .name }}
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ .port | quote }}
 prometheus.io/path: /metrics
+prometheus.io/scheme: {{ .scheme | lower }}
 {{- end }}
 
 {{- define "imesh.secretName" -}}
@@ -50,4 +51,31 @@ prometheus.io/path: /metrics
 - name: IMESH__REDIS__URL
   value: {{ . | quote }}
 {{- end }}
+{{- if .Values.internalTls.secretName }}
+- name: IMESH__GRPC__TLS__CERT_FILE
+  value: /etc/imesh/internal-tls/tls.crt
+- name: IMESH__GRPC__TLS__KEY_FILE
+  value: /etc/imesh/internal-tls/tls.key
+- name: IMESH__GRPC__TLS__CA_FILE
+  value: /etc/imesh/internal-tls/ca.crt
+- name: IMESH__GRPC__TLS__SERVER_NAME
+  value: {{ .Values.internalTls.serverName | quote }}
+{{- end }}
+{{- end }}
+
+{{/* HTTP or HTTPS: how probes and scrapers reach the gRPC port. */}}
+{{- define "imesh.grpcScheme" -}}
+{{- if .Values.internalTls.secretName }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+
+{{/* Alive while the process serves; ready while its stores answer (or, for a gateway,
+     while it has room for clients). Plain HTTP/1 on the gRPC port, TLS when it is on. */}}
+{{- define "imesh.probes" -}}
+readinessProbe:
+  httpGet: { path: /readyz, port: grpc, scheme: {{ include "imesh.grpcScheme" . }} }
+  periodSeconds: 5
+livenessProbe:
+  httpGet: { path: /livez, port: grpc, scheme: {{ include "imesh.grpcScheme" . }} }
+  initialDelaySeconds: 10
+  periodSeconds: 10
 {{- end }}

@@ -64,13 +64,7 @@ impl Target {
 
 /// A TLS client trusting the certificates in the PEM file `ca`.
 fn connector(ca: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
-    use rustls::pki_types::{CertificateDer, pem::PemObject};
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in
-        CertificateDer::pem_file_iter(ca).with_context(|| format!("--ca {}", ca.display()))?
-    {
-        roots.add(cert?)?;
-    }
+    let roots = imesh_kit::tls::roots(ca).context("--ca")?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?

@@ -1,8 +1,8 @@
-//! TLS on the client listeners (rustls, ring): WebSocket clients get `wss://` and the framed
-//! TCP port speaks TLS when a certificate and key are configured. The PEM files are read
-//! again when they change (a cert-manager renewal needs no restart): new handshakes get the
-//! new pair, open connections keep theirs. A pair that does not load is logged and the
-//! last good one stays.
+//! The server side of TLS (rustls, ring), for the gateway's client listeners and for the
+//! gRPC port of every service (where it also checks the callers' certificates). The PEM
+//! files are read again when they change (a cert-manager renewal needs no restart): new
+//! handshakes get the new pair, open connections keep theirs. A pair that does not load is
+//! logged and the last good one stays.
 
 use std::{
     path::{Path, PathBuf},
@@ -13,10 +13,10 @@ use std::{
 use anyhow::Context as _;
 use parking_lot::{Mutex, RwLock};
 use rustls::{
-    ServerConfig,
+    RootCertStore, ServerConfig,
     crypto::ring,
     pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
-    server::{ClientHello, ResolvesServerCert},
+    server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier},
     sign::CertifiedKey,
 };
 use serde::{Deserialize, Serialize};
@@ -54,7 +54,7 @@ impl TlsConfig {
     }
 }
 
-/// The server side of TLS for both client listeners.
+/// A listener's TLS: the certificate it presents, and the handshake's bounds.
 pub struct Tls {
     acceptor: TlsAcceptor,
     pair: Arc<Pair>,
@@ -63,8 +63,16 @@ pub struct Tls {
 }
 
 impl Tls {
-    /// The listeners' TLS, or `None` for plaintext; fails on files that do not load.
-    pub fn load(config: &TlsConfig) -> anyhow::Result<Option<Arc<Self>>> {
+    /// The listener's TLS, or `None` for plaintext; fails on files that do not load.
+    /// With `client_ca`, a client may present a certificate, and one not signed by that CA
+    /// fails the handshake; whether a call needs one is the server's to decide
+    /// ([`peer_verified`]). `alpn` lists the application protocols offered (none: the
+    /// client's choice is not negotiated).
+    pub fn load(
+        config: &TlsConfig,
+        client_ca: Option<&Path>,
+        alpn: &[&[u8]],
+    ) -> anyhow::Result<Option<Arc<Self>>> {
         if !config.enabled() {
             return Ok(None);
         }
@@ -76,10 +84,19 @@ impl Tls {
             config.cert_file.clone().into(),
             config.key_file.clone().into(),
         )?);
-        let server = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_cert_resolver(pair.clone());
+        let provider = Arc::new(ring::default_provider());
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?;
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => builder.with_client_cert_verifier(
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider)
+                    .allow_unauthenticated()
+                    .build()?,
+            ),
+        };
+        let mut server = builder.with_cert_resolver(pair.clone());
+        server.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(Some(Arc::new(Self {
             acceptor: TlsAcceptor::from(Arc::new(server)),
             pair,
@@ -148,6 +165,29 @@ impl ResolvesServerCert for Pair {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current.read().clone())
     }
+}
+
+/// Whether the connection a request came on presented a client certificate (checked
+/// against the CA at the handshake).
+pub fn peer_verified(extensions: &http::Extensions) -> bool {
+    extensions
+        .get::<tonic::transport::server::TlsConnectInfo<tonic::transport::server::TcpConnectInfo>>()
+        .and_then(|info| info.peer_certs())
+        .is_some_and(|certs| !certs.is_empty())
+}
+
+/// The certificates of a CA file, as trust anchors.
+pub fn roots(ca: &Path) -> anyhow::Result<RootCertStore> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca)
+        .with_context(|| format!("{}: holds no PEM certificate", ca.display()))?
+    {
+        roots
+            .add(cert.with_context(|| format!("{}: a certificate does not parse", ca.display()))?)
+            .with_context(|| format!("{}: not a CA certificate", ca.display()))?;
+    }
+    anyhow::ensure!(!roots.is_empty(), "{}: holds no certificate", ca.display());
+    Ok(roots)
 }
 
 fn modified(path: &Path) -> anyhow::Result<SystemTime> {

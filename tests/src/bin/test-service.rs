@@ -1,0 +1,16 @@
+//! The five service programs in one binary, built with the end-to-end tests so they can
+//! run each service as a process of its own: `test-service relation|group|message|sync|notify`.
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match std::env::args().nth(1).as_deref() {
+        Some("relation") => relation_svc::run_binary().await,
+        Some("group") => group_svc::run_binary().await,
+        Some("message") => message_svc::run_binary().await,
+        Some("sync") => sync_svc::run_binary().await,
+        Some("notify") => notify_svc::run_binary().await,
+        other => anyhow::bail!(
+            "which service? expected relation|group|message|sync|notify, got {other:?}"
+        ),
+    }
+}
