@@ -141,7 +141,7 @@ fn dev_secrets(data_dir: &Path, mut auth: AuthConfig) -> anyhow::Result<AuthConf
         (Some(a), Some(b)) if a.len() >= 16 && b.len() >= 16 => (a, b),
         _ => {
             let (a, b) = (random_secret(), random_secret());
-            std::fs::write(&path, format!("{a}\n{b}\n"))?;
+            write_private(&path, format!("{a}\n{b}\n").as_bytes())?;
             (a, b)
         }
     };
@@ -166,10 +166,26 @@ fn self_signed_certificate(data_dir: &Path, host: IpAddr) -> anyhow::Result<(Pat
             host.to_string(),
         ];
         let made = rcgen::generate_simple_self_signed(names)?;
-        std::fs::write(&key, made.signing_key.serialize_pem())?;
+        write_private(&key, made.signing_key.serialize_pem().as_bytes())?;
         std::fs::write(&cert, made.cert.pem())?;
     }
     Ok((cert, key))
+}
+
+/// Writes a file only its owner may read (secrets and private keys).
+fn write_private(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
+    use std::{io::Write, os::unix::fs::OpenOptionsExt};
+
+    use anyhow::Context as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(contents)?;
+    Ok(())
 }
 
 fn random_secret() -> String {

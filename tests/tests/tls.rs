@@ -267,7 +267,7 @@ async fn a_renewed_certificate_is_served_to_new_connections_without_a_restart() 
 }
 
 #[tokio::test]
-async fn imesh_up_serves_tls_with_the_self_signed_certificate_it_keeps() {
+async fn imesh_up_serves_tls_with_the_self_signed_certificate_it_keeps_private() {
     let up = imesh_tests::up::UpProcess::start(
         env!("CARGO_BIN_EXE_test-imesh"),
         &["--tls-self-signed"],
@@ -283,5 +283,13 @@ async fn imesh_up_serves_tls_with_the_self_signed_certificate_it_keeps() {
             .connect(name, tcp)
             .await
             .expect("a handshake with the kept certificate");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for private in ["tls-key.pem", "dev-secrets"] {
+        let mode = std::fs::metadata(up.data.join(private))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{private} readable by its owner only");
     }
 }
