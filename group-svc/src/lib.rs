@@ -29,7 +29,10 @@ use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
     identity::{Caller, InternalAuth},
-    ids::Snowflake,
+    ids::{
+        Snowflake,
+        lease::{NodeBlock, NodeIds},
+    },
     outbox::{Relay, RelayMetrics, SqlOutbox, SyncSink},
 };
 use imesh_protos::group::group_service_server::GroupServiceServer;
@@ -97,12 +100,11 @@ impl Default for Config {
 pub fn wire(
     config: &Config,
     auth: &AuthConfig,
-    node_id: u16,
+    ids: Arc<Snowflake>,
     db: sea_orm::DatabaseConnection,
     (seqs, names): (Arc<dyn SeqSource>, Arc<dyn Nicknames>),
     (shared, rosters): (Arc<dyn GroupCache>, Arc<dyn Rosters>),
 ) -> anyhow::Result<(api::GroupApi, Relay)> {
-    let ids = Arc::new(Snowflake::new(node_id));
     let caller = Caller::new(&auth.internal_secret)?;
     let peers = grpc::Peers::new(&config.grpc)?;
     let forgets = Arc::new(std::sync::OnceLock::new());
@@ -179,13 +181,23 @@ pub struct Service {
     /// Applies other replicas' invalidations (Redis only).
     invalidations: Option<tokio::task::JoinHandle<()>>,
     corrected: Counter,
+    node: NodeIds,
 }
+
+/// The snowflake nodes group-svc processes lease from.
+const NODE_IDS: NodeBlock = 256..=511;
 
 impl Service {
     /// Connects the database, brings its schema up to date and wires the domain.
-    pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
+    /// `node_id` fixes the snowflake node; `None` leases one.
+    pub async fn build(
+        config: Config,
+        auth: &AuthConfig,
+        node_id: Option<u16>,
+    ) -> anyhow::Result<Self> {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
+        let node = NodeIds::new(&db, node_id, NODE_IDS).await?;
         let caller = Caller::new(&auth.internal_secret)?;
         let peers = grpc::Peers::new(&config.grpc)?;
         let seqs = Arc::new(peers::MessageSeqs::new(
@@ -197,7 +209,14 @@ impl Service {
             caller,
         ));
         let (shared, redis_url) = shared_cache(&config).await?;
-        let (api, relay) = wire(&config, auth, node_id, db.clone(), (seqs, names), shared)?;
+        let (api, relay) = wire(
+            &config,
+            auth,
+            node.ids.clone(),
+            db.clone(),
+            (seqs, names),
+            shared,
+        )?;
         let mut registry = imesh_kit::metrics::registry("group-svc");
         api.gate().register(&mut registry);
         api.roster().register(&mut registry);
@@ -225,6 +244,7 @@ impl Service {
             db,
             invalidations,
             corrected,
+            node,
         })
     }
 
@@ -234,6 +254,7 @@ impl Service {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
+        let keeping = self.node.keep();
         let relay = self.relay.spawn();
         let interval = Duration::from_secs(self.config.recount_interval_secs);
         let recounts = (!interval.is_zero())
@@ -251,6 +272,7 @@ impl Service {
         for task in self.invalidations.into_iter().chain(recounts) {
             task.abort();
         }
+        keeping.stop().await;
         self.db.close().await?;
         served
     }
@@ -260,6 +282,7 @@ impl Service {
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
     let (settings, _telemetry) = imesh_kit::cli::start::<Config>("group-svc");
+    imesh_kit::cli::require_shared_state("group-svc", settings.replicas, &settings.service.redis);
     if imesh_kit::cli::migrate_only() {
         return imesh_kit::cli::migrate::<store::sql::Migrator>(
             "group-svc",

@@ -171,7 +171,7 @@ impl Cluster {
                 ..Default::default()
             },
             auth,
-            1,
+            None,
         )
         .await?;
         let group = group_svc::Service::build(
@@ -185,7 +185,7 @@ impl Cluster {
                 ..Default::default()
             },
             auth,
-            2,
+            None,
         )
         .await?;
         let message = message_svc::Service::build(
@@ -200,7 +200,7 @@ impl Cluster {
                 ..Default::default()
             },
             auth,
-            3,
+            None,
         )
         .await?;
         let sync = sync_svc::Service::build(
@@ -213,7 +213,7 @@ impl Cluster {
                 ..Default::default()
             },
             auth,
-            4,
+            None,
         )
         .await?;
         let notify = notify_svc::Service::build(

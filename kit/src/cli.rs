@@ -14,7 +14,12 @@ use crate::config::{AuthConfig, TelemetryConfig};
 pub struct Settings<S> {
     pub auth: AuthConfig,
     pub telemetry: TelemetryConfig,
-    pub node_id: u16,
+    /// A fixed snowflake node for this process; unset (the normal case): one is leased
+    /// from the service's database.
+    pub node_id: Option<u16>,
+    /// How many processes of this service the deployment runs (the chart sets it); above
+    /// one, state they share must live in Redis.
+    pub replicas: u32,
     #[serde(flatten)]
     pub service: S,
 }
@@ -39,6 +44,20 @@ where
 
 /// True when the binary was started as `<service> migrate`: bring the schema up to date
 /// and exit (the Helm chart's migration Job).
+/// Stops the program when several replicas would keep per-process state: seq counters,
+/// caches, presence and rate limits are shared through Redis or not at all.
+pub fn require_shared_state(service: &str, replicas: u32, redis: &crate::config::RedisConfig) {
+    if replicas > 1 && redis.url().is_none() {
+        exit(
+            service,
+            format!(
+                "replicas is {replicas} but redis.url is not set: replicas share seq counters, \
+                 caches, presence and rate limits through Redis; set redis.url or run one replica"
+            ),
+        );
+    }
+}
+
 pub fn migrate_only() -> bool {
     std::env::args().nth(1).as_deref() == Some("migrate")
 }

@@ -1,12 +1,21 @@
 //! Snowflake ids: 41 bits of milliseconds since 2024-01-01, 10 bits of node, 12 bits of
 //! sequence. Unique across nodes with distinct node ids, increasing per node, lock-free.
+//! A process leases its node id from its database ([`lease`]); a generator whose lease
+//! lapsed refuses to mint until it is renewed.
 //! When more than 4,096 ids are asked for within one millisecond the generator borrows from
 //! the next millisecond instead of waiting, so ids stay unique and increasing.
 
 use std::{
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicI64, AtomicU64, Ordering},
+    },
     time::{SystemTime, UNIX_EPOCH},
 };
+
+use crate::error::StoreError;
+
+pub mod lease;
 
 const EPOCH_MS: u64 = 1_704_067_200_000;
 const NODE_BITS: u32 = 10;
@@ -15,26 +24,39 @@ pub const MAX_NODE: u16 = (1 << NODE_BITS) - 1;
 
 #[derive(Debug)]
 pub struct Snowflake {
-    node: u64,
+    node: AtomicU64,
     /// `(ms << SEQ_BITS) | seq` of the last id handed out.
     last: AtomicU64,
+    /// With a leased node: the Unix millisecond the lease stops covering (0: not held).
+    valid_until_ms: Option<Arc<AtomicI64>>,
 }
 
 impl Snowflake {
-    /// `node` must be unique among the processes sharing an id space (0..=1023).
+    /// A fixed `node`, which must be unique among the processes sharing an id space
+    /// (0..=1023); [`lease::NodeLease`] hands out leased ones.
     pub fn new(node: u16) -> Self {
         assert!(
             node <= MAX_NODE,
             "snowflake node {node} is above {MAX_NODE}"
         );
         Self {
-            node: u64::from(node),
+            node: AtomicU64::new(u64::from(node)),
             last: AtomicU64::new(0),
+            valid_until_ms: None,
         }
     }
 
-    pub fn next_id(&self) -> i64 {
-        let now = now_ms() << SEQ_BITS;
+    /// The next id; unavailable while a leased node's lease has lapsed.
+    pub fn next_id(&self) -> Result<i64, StoreError> {
+        let now_unix = unix_ms();
+        if let Some(until) = &self.valid_until_ms
+            && now_unix >= until.load(Ordering::Acquire)
+        {
+            return Err(StoreError::Unavailable(anyhow::anyhow!(
+                "this process's node id lease lapsed; no ids until it is renewed"
+            )));
+        }
+        let now = (now_unix as u64).saturating_sub(EPOCH_MS) << SEQ_BITS;
         let mut last = self.last.load(Ordering::Relaxed);
         let state = loop {
             let next = if now > last { now } else { last + 1 };
@@ -48,7 +70,13 @@ impl Snowflake {
         };
         let ms = state >> SEQ_BITS;
         let seq = state & ((1 << SEQ_BITS) - 1);
-        ((ms << (NODE_BITS + SEQ_BITS)) | (self.node << SEQ_BITS) | seq) as i64
+        let node = self.node.load(Ordering::Acquire);
+        Ok(((ms << (NODE_BITS + SEQ_BITS)) | (node << SEQ_BITS) | seq) as i64)
+    }
+
+    /// The node this generator mints with now.
+    pub fn node(&self) -> u16 {
+        self.node.load(Ordering::Acquire) as u16
     }
 }
 
@@ -62,13 +90,6 @@ pub fn first_id_at(unix_ms: i64) -> i64 {
 /// the next millisecond).
 pub fn unix_ms_of(id: i64) -> i64 {
     ((id.max(0) as u64) >> (NODE_BITS + SEQ_BITS)) as i64 + EPOCH_MS as i64
-}
-
-fn now_ms() -> u64 {
-    let since_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    (since_unix.as_millis() as u64).saturating_sub(EPOCH_MS)
 }
 
 /// Milliseconds since the Unix epoch, the unit of every `*_ms` field.
@@ -85,7 +106,7 @@ mod tests {
     fn an_id_tells_the_millisecond_it_was_handed_out() {
         let ids = Snowflake::new(7);
         let before = unix_ms();
-        let id = ids.next_id();
+        let id = ids.next_id().unwrap();
         let after = unix_ms();
         let at = unix_ms_of(id);
         assert!((before..=after).contains(&at), "{before} ≤ {at} ≤ {after}");
@@ -95,7 +116,7 @@ mod tests {
     #[test]
     fn ids_minted_after_a_moment_are_at_or_above_its_first_id() {
         let before = first_id_at(unix_ms());
-        let id = Snowflake::new(MAX_NODE).next_id();
+        let id = Snowflake::new(MAX_NODE).next_id().unwrap();
         assert!(id >= before);
         assert!(first_id_at(unix_ms() + 1_000) > id);
     }
@@ -111,7 +132,7 @@ mod tests {
             .map(|_| {
                 let ids = ids.clone();
                 std::thread::spawn(move || {
-                    let ids: Vec<i64> = (0..20_000).map(|_| ids.next_id()).collect();
+                    let ids: Vec<i64> = (0..20_000).map(|_| ids.next_id().unwrap()).collect();
                     assert!(
                         ids.windows(2).all(|w| w[0] < w[1]),
                         "ids must increase per thread"
@@ -131,8 +152,8 @@ mod tests {
 
     #[test]
     fn node_is_encoded_and_ids_are_positive() {
-        let a = Snowflake::new(1).next_id();
-        let b = Snowflake::new(2).next_id();
+        let a = Snowflake::new(1).next_id().unwrap();
+        let b = Snowflake::new(2).next_id().unwrap();
         assert!(a > 0 && b > 0);
         assert_eq!((a >> SEQ_BITS) & i64::from(MAX_NODE), 1);
         assert_eq!((b >> SEQ_BITS) & i64::from(MAX_NODE), 2);

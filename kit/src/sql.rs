@@ -80,12 +80,21 @@ pub async fn connect_and_migrate<M: MigratorTrait>(
         ..config.clone()
     };
     let migrating = connect(&single).await?;
-    M::up(&migrating, None)
-        .await
-        .map_err(|e| anyhow::anyhow!("running migrations: {e}"))?;
+    let mut attempt = 1;
+    while let Err(e) = M::up(&migrating, None).await {
+        // Replicas starting together race to apply the same migration; the loser finds
+        // it applied when it looks again.
+        anyhow::ensure!(attempt < MIGRATION_ATTEMPTS, "running migrations: {e}");
+        tracing::warn!(error = %e, attempt, "migrations failed; looking again");
+        tokio::time::sleep(Duration::from_millis(rand::random_range(100..500))).await;
+        attempt += 1;
+    }
     migrating.close().await?;
     connect(config).await
 }
+
+/// How often a process tries to bring its schema up to date before giving up.
+const MIGRATION_ATTEMPTS: u32 = 3;
 
 /// A readiness probe for [`crate::grpc::Server::readiness`]: ready while `db` answers.
 pub fn readiness(db: &DatabaseConnection) -> crate::grpc::Readiness {

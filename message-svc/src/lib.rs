@@ -25,7 +25,7 @@ use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
     identity::{Caller, InternalAuth},
-    ids::Snowflake,
+    ids::lease::{NodeBlock, NodeIds},
     outbox::{Relay, RelayMetrics, SqlOutbox},
     seq::{Counters, MemoryCounters, RedisCounters, SeqAllocator, SqlCeilings},
 };
@@ -112,13 +112,23 @@ pub struct Service {
     relay: Relay,
     registry: imesh_kit::metrics::Registry,
     db: sea_orm::DatabaseConnection,
+    node: NodeIds,
 }
+
+/// The snowflake nodes message-svc processes lease from.
+const NODE_IDS: NodeBlock = 512..=767;
 
 impl Service {
     /// Connects the stores, brings the schema up to date and wires the domain.
-    pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
+    /// `node_id` fixes the snowflake node; `None` leases one.
+    pub async fn build(
+        config: Config,
+        auth: &AuthConfig,
+        node_id: Option<u16>,
+    ) -> anyhow::Result<Self> {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
+        let node = NodeIds::new(&db, node_id, NODE_IDS).await?;
         let counters: Arc<dyn Counters> = match config.redis.url() {
             Some(url) => Arc::new(RedisCounters::new(
                 imesh_kit::redis::connect(&config.redis, url).await?,
@@ -160,7 +170,7 @@ impl Service {
             },
             domain::Parts {
                 seqs: Arc::new(seqs),
-                ids: Arc::new(Snowflake::new(node_id)),
+                ids: node.ids.clone(),
                 encode: domain::Encoders {
                     message: events::encode_fanout,
                     recall: events::encode_recall,
@@ -187,6 +197,7 @@ impl Service {
             relay,
             registry,
             db,
+            node,
         })
     }
 
@@ -197,6 +208,7 @@ impl Service {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
+        let keeping = self.node.keep();
         let relay = self.relay.spawn();
         let api = api::MessageApi::new(self.messages);
         let served = grpc::Server::new(&self.config.grpc)
@@ -209,6 +221,7 @@ impl Service {
             .serve(listener, shutdown)
             .await;
         relay.stop().await?;
+        keeping.stop().await;
         self.db.close().await?;
         served
     }
@@ -218,6 +231,7 @@ impl Service {
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
     let (settings, _telemetry) = imesh_kit::cli::start::<Config>("message-svc");
+    imesh_kit::cli::require_shared_state("message-svc", settings.replicas, &settings.service.redis);
     if imesh_kit::cli::migrate_only() {
         return imesh_kit::cli::migrate::<store::sql::Migrator>(
             "message-svc",

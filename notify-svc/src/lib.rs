@@ -174,6 +174,7 @@ impl Service {
 /// The `notify-svc` program: settings from the file and environment; serves until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
     let (settings, _telemetry) = imesh_kit::cli::start::<Config>("notify-svc");
+    imesh_kit::cli::require_shared_state("notify-svc", settings.replicas, &settings.service.redis);
     let listener = TcpListener::bind(settings.service.grpc.listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "notify-svc listening");
     Service::build(settings.service, &settings.auth)

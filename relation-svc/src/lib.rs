@@ -27,7 +27,10 @@ use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
     identity::{Caller, InternalAuth},
-    ids::Snowflake,
+    ids::{
+        Snowflake,
+        lease::{NodeBlock, NodeIds},
+    },
     outbox::{Relay, RelayMetrics, SqlOutbox, SyncSink},
     token::Tokens,
 };
@@ -98,11 +101,10 @@ impl Default for Config {
 pub fn wire(
     config: &Config,
     auth: &AuthConfig,
-    node_id: u16,
+    ids: Arc<Snowflake>,
     db: sea_orm::DatabaseConnection,
     (shared, attempts): (Arc<dyn EdgeCache>, Arc<dyn Attempts>),
 ) -> anyhow::Result<(api::RelationApi, [Relay; 2])> {
-    let ids = Arc::new(Snowflake::new(node_id));
     let caller = Caller::new(&auth.internal_secret)?;
     let peers = grpc::Peers::new(&config.grpc)?;
     let relay = Relay::new(
@@ -173,13 +175,23 @@ pub struct Service {
     relays: [Relay; 2],
     registry: imesh_kit::metrics::Registry,
     db: sea_orm::DatabaseConnection,
+    node: NodeIds,
 }
+
+/// The snowflake nodes relation-svc processes lease from.
+const NODE_IDS: NodeBlock = 0..=255;
 
 impl Service {
     /// Connects the stores, brings the schema up to date and wires the domain.
-    pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
+    /// `node_id` fixes the snowflake node; `None` leases one.
+    pub async fn build(
+        config: Config,
+        auth: &AuthConfig,
+        node_id: Option<u16>,
+    ) -> anyhow::Result<Self> {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
+        let node = NodeIds::new(&db, node_id, NODE_IDS).await?;
         let cache_ttl = Duration::from_secs(config.cache_ttl_secs);
         let shared: (Arc<dyn EdgeCache>, Arc<dyn Attempts>) = match config.redis.url() {
             Some(url) => {
@@ -194,7 +206,7 @@ impl Service {
                 Arc::new(MemoryAttempts::default()),
             ),
         };
-        let (api, relays) = wire(&config, auth, node_id, db.clone(), shared)?;
+        let (api, relays) = wire(&config, auth, node.ids.clone(), db.clone(), shared)?;
         let mut registry = imesh_kit::metrics::registry("relation-svc");
         let observed = RelayMetrics::register(&mut registry);
         Ok(Self {
@@ -204,6 +216,7 @@ impl Service {
             relays: relays.map(|relay| relay.observed(&observed)),
             registry,
             db,
+            node,
         })
     }
 
@@ -214,6 +227,7 @@ impl Service {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
+        let keeping = self.node.keep();
         let [events, renames] = self.relays;
         let (events, renames) = (events.spawn(), renames.spawn());
         let served = grpc::Server::new(&self.config.grpc)
@@ -227,6 +241,7 @@ impl Service {
             .await;
         events.stop().await?;
         renames.stop().await?;
+        keeping.stop().await;
         self.db.close().await?;
         served
     }
@@ -236,6 +251,11 @@ impl Service {
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
     let (settings, _telemetry) = imesh_kit::cli::start::<Config>("relation-svc");
+    imesh_kit::cli::require_shared_state(
+        "relation-svc",
+        settings.replicas,
+        &settings.service.redis,
+    );
     if imesh_kit::cli::migrate_only() {
         return imesh_kit::cli::migrate::<store::sql::Migrator>(
             "relation-svc",

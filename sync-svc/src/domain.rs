@@ -231,7 +231,7 @@ impl Inboxes {
             let seqs = self.seqs.next_many(&key_refs).await?;
             self.fanout.observe(recipients.len() as f64);
             stored.push(StoredEvent {
-                id: self.ids.next_id(),
+                id: self.ids.next_id()?,
                 event_id: event.event_id,
                 payload: event.payload,
                 entries: recipients.into_iter().zip(seqs).collect(),

@@ -27,7 +27,7 @@ use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
     identity::{Caller, InternalAuth},
-    ids::Snowflake,
+    ids::lease::{NodeBlock, NodeIds},
     seq::{Counters, MemoryCounters, RedisCounters, SeqAllocator, SqlCeilings},
 };
 use imesh_protos::sync::sync_service_server::SyncServiceServer;
@@ -76,13 +76,23 @@ pub struct Service {
     registry: imesh_kit::metrics::Registry,
     inboxes: Arc<domain::Inboxes>,
     db: sea_orm::DatabaseConnection,
+    node: NodeIds,
 }
+
+/// The snowflake nodes sync-svc processes lease from.
+const NODE_IDS: NodeBlock = 768..=1023;
 
 impl Service {
     /// Connects the stores, brings the schema up to date and wires the domain.
-    pub async fn build(config: Config, auth: &AuthConfig, node_id: u16) -> anyhow::Result<Self> {
+    /// `node_id` fixes the snowflake node; `None` leases one.
+    pub async fn build(
+        config: Config,
+        auth: &AuthConfig,
+        node_id: Option<u16>,
+    ) -> anyhow::Result<Self> {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
+        let node = NodeIds::new(&db, node_id, NODE_IDS).await?;
         let (counters, bits): (Arc<dyn Counters>, Arc<dyn ReceiptBits>) = match config.redis.url() {
             Some(url) => {
                 let pool = imesh_kit::redis::connect(&config.redis, url).await?;
@@ -111,7 +121,7 @@ impl Service {
             Arc::new(store::sql::SqlInboxStore::new(db.clone())),
             domain::Parts {
                 seqs: Arc::new(seqs),
-                ids: Arc::new(Snowflake::new(node_id)),
+                ids: node.ids.clone(),
                 notifier: Arc::new(notifier),
                 members: Arc::new(members),
                 bits,
@@ -126,6 +136,7 @@ impl Service {
             registry,
             inboxes: Arc::new(inboxes),
             db,
+            node,
         })
     }
 
@@ -134,6 +145,7 @@ impl Service {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
+        let keeping = self.node.keep();
         let stop = tokio_util::sync::CancellationToken::new();
         let purging = tokio::spawn(purge_hourly(
             self.inboxes.clone(),
@@ -158,6 +170,7 @@ impl Service {
         stop.cancel();
         purging.await?;
         counting.await?;
+        keeping.stop().await;
         self.db.close().await?;
         served
     }
@@ -208,6 +221,7 @@ async fn purge_hourly(
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
     let (settings, _telemetry) = imesh_kit::cli::start::<Config>("sync-svc");
+    imesh_kit::cli::require_shared_state("sync-svc", settings.replicas, &settings.service.redis);
     if imesh_kit::cli::migrate_only() {
         return imesh_kit::cli::migrate::<store::sql::Migrator>(
             "sync-svc",

@@ -67,7 +67,7 @@ impl Senders {
                 ..Default::default()
             },
             &auth,
-            node,
+            Some(node),
         )
         .await
         .unwrap();
@@ -82,7 +82,7 @@ impl Senders {
                 ..Default::default()
             },
             &auth,
-            node + 1,
+            Some(node + 1),
         )
         .await
         .unwrap();
@@ -223,7 +223,7 @@ async fn sends_made_while_sync_svc_is_down_reach_the_inbox_once_it_is_back() {
             ..Default::default()
         },
         &auth,
-        13,
+        Some(13),
     )
     .await
     .unwrap();

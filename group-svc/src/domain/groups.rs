@@ -113,7 +113,7 @@ impl Groups {
         }
         let names = self.nicknames(&all).await?;
         let now = imesh_kit::ids::unix_ms();
-        let id = self.ids.next_id();
+        let id = self.ids.next_id()?;
         let members: Vec<Member> = all
             .iter()
             .enumerate()

@@ -63,6 +63,11 @@ prometheus.io/scheme: {{ .scheme | lower }}
 {{- end }}
 {{- end }}
 
+{{/* The most processes a service may run at once: its replicas, or the HPA's maximum. */}}
+{{- define "imesh.maxReplicas" -}}
+{{- if .root.Values.autoscaling.enabled }}{{ max (int .svc.replicas) (int .root.Values.autoscaling.maxReplicas) }}{{ else }}{{ .svc.replicas }}{{ end }}
+{{- end }}
+
 {{/* HTTP or HTTPS: how probes and scrapers reach the gRPC port. */}}
 {{- define "imesh.grpcScheme" -}}
 {{- if .Values.internalTls.secretName }}HTTPS{{ else }}HTTP{{ end }}

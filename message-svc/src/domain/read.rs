@@ -55,7 +55,7 @@ impl Messages {
             ..message
         };
         let event = OutboxRow {
-            id: self.ids.next_id(),
+            id: self.ids.next_id()?,
             payload: (self.encode.recall)(&recalled, &audience),
         };
         if !self

@@ -386,19 +386,23 @@ impl Messages {
             .map(|d| crate::keys::conversation_seq(&d.message.conversation_id))
             .collect();
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        // Ids before seqs: a process that may not mint ids takes no seq it cannot use.
+        let msg_ids = (0..drafts.len())
+            .map(|_| self.ids.next_id())
+            .collect::<Result<Vec<i64>, StoreError>>()?;
         let seqs = self.seqs.next_many(&keys).await?;
         let appends: Vec<(Message, OutboxRow)> = drafts
             .into_iter()
-            .zip(seqs)
+            .zip(seqs.into_iter().zip(msg_ids))
             .map(
                 |(
                     Draft {
                         mut message,
                         audience,
                     },
-                    seq,
+                    (seq, msg_id),
                 )| {
-                    message.msg_id = self.ids.next_id();
+                    message.msg_id = msg_id;
                     message.seq = seq;
                     message.server_time_ms = imesh_kit::ids::unix_ms();
                     let event = OutboxRow {

@@ -376,6 +376,7 @@ impl MigratorTrait for Migrator {
             Box::new(CreateMessages),
             Box::new(AddMentions),
             Box::new(AddReceipts),
+            Box::new(imesh_kit::ids::lease::Migration),
         ]
     }
 

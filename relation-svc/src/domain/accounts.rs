@@ -129,7 +129,7 @@ impl Accounts {
         password_hash: String,
     ) -> Result<User, Error> {
         let user = User {
-            id: self.ids.next_id(),
+            id: self.ids.next_id()?,
             username,
             nickname,
             created_at_ms: imesh_kit::ids::unix_ms(),

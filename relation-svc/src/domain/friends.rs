@@ -58,7 +58,7 @@ impl Friends {
         add_source: &str,
     ) -> Result<Sent, Error> {
         let to = parse_peer("to_user_id", me, to)?;
-        let draft = plan::parse_draft(self.ids.next_id(), message, add_source)?;
+        let draft = plan::parse_draft(self.ids.next_id()?, message, add_source)?;
         let clock = self.clock();
         let after = self
             .change("to_user_id", me, to, &move |state: &PairState| {

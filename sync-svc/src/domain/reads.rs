@@ -201,7 +201,7 @@ impl Inboxes {
             .update_settings(user, conversation_id, pinned, muted)
             .await?;
         let event = IncomingEvent {
-            event_id: format!("settings:{user}:{conversation_id}:{}", self.ids.next_id()),
+            event_id: format!("settings:{user}:{conversation_id}:{}", self.ids.next_id()?),
             recipients: vec![user],
             read_fanout_group: None,
             payload: (self.encode.settings)(conversation_id, settings),

@@ -321,6 +321,7 @@ impl MigratorTrait for Migrator {
             Box::new(reads::AddSettings),
             Box::new(receipts::CreateReceipts),
             Box::new(push::CreatePushSettings),
+            Box::new(imesh_kit::ids::lease::Migration),
         ]
     }
 

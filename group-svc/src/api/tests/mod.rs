@@ -69,7 +69,7 @@ async fn api_over(
     let (api, _) = crate::wire(
         &Config::default(),
         &auth,
-        4,
+        Arc::new(imesh_kit::ids::Snowflake::new(4)),
         db.clone(),
         peers,
         (shared, rosters),

@@ -16,6 +16,7 @@ impl MigratorTrait for Migrator {
                 name: "m20261201_000002_group_outbox",
             }),
             Box::new(AddNicknames),
+            Box::new(imesh_kit::ids::lease::Migration),
         ]
     }
 

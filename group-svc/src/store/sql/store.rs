@@ -77,7 +77,7 @@ impl SqlGroupStore {
                 .map(Alias::new),
             )
             .values_panic([
-                self.ids.next_id().into(),
+                self.ids.next_id()?.into(),
                 event.group.id.into(),
                 event.group.version.into(),
                 event.op.into(),
@@ -88,7 +88,7 @@ impl SqlGroupStore {
             .to_owned();
         tx.execute(&log).await?;
         let row = OutboxRow {
-            id: self.ids.next_id(),
+            id: self.ids.next_id()?,
             payload: (self.encode)(event),
         };
         outbox::insert(tx, OUTBOX_TABLE, &[row]).await

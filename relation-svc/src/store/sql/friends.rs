@@ -196,11 +196,13 @@ impl FriendStore for SqlFriendStore {
         }
         let outbox_rows: Vec<OutboxRow> = events
             .iter()
-            .map(|e| OutboxRow {
-                id: self.ids.next_id(),
-                payload: (self.encode)(e),
+            .map(|e| {
+                Ok(OutboxRow {
+                    id: self.ids.next_id()?,
+                    payload: (self.encode)(e),
+                })
             })
-            .collect();
+            .collect::<Result<_, StoreError>>()?;
         outbox::insert(&tx, OUTBOX_TABLE, &outbox_rows).await?;
         tx.commit().await.map_err(StoreError::from)?;
         self.relay.notify_one();

@@ -19,6 +19,7 @@ impl MigratorTrait for Migrator {
                 table: crate::renames::OUTBOX_TABLE,
                 name: "m20261202_000003_relation_rename_outbox",
             }),
+            Box::new(imesh_kit::ids::lease::Migration),
         ]
     }
 

@@ -151,7 +151,7 @@ impl UserStore for SqlUserStore {
                 .await?;
             let renamed = update.nickname.as_ref().filter(|_| done.rows_affected > 0);
             if let Some(nickname) = renamed {
-                let version = self.ids.next_id();
+                let version = self.ids.next_id()?;
                 let row = OutboxRow {
                     id: version,
                     payload: crate::renames::encode(id, nickname, version),
