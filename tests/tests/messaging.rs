@@ -282,7 +282,10 @@ async fn scenario(stores: Stores) {
     })
     .await;
 
-    // A flood (30 sends written at once) is cut at the per-user rate of 20/s with a wait.
+    // A flood (30 sends written at once) is cut at the per-user rate of 20/s with a wait;
+    // dave has sent nothing yet, so his burst is whole.
+    let (_, dave_token) = env.user("dave").await;
+    let mut d = env.signed_in(&dave_token, "dave-phone").await;
     let mut ids = Vec::new();
     for i in 0..30 {
         let flood = SendRequest {
@@ -291,10 +294,10 @@ async fn scenario(stores: Stores) {
             content: text("spam"),
             ..SendRequest::default()
         };
-        ids.push(c.send_frame(client_frame::Body::Send(flood)).await);
+        ids.push(d.send_frame(client_frame::Body::Send(flood)).await);
     }
     let mut limited = Vec::new();
-    for reply in c.replies(&ids).await {
+    for reply in d.replies(&ids).await {
         match reply {
             Body::SendAck(_) => {}
             Body::Error(e) if e.code == Code::ResourceExhausted as u32 => limited.push(e),
