@@ -388,10 +388,10 @@ impl Peers {
     }
 
     /// A lazily connecting channel to another service at `host:port` (or an `http://`
-    /// URI); calls to a server of this process skip the network (see [`local`]).
+    /// URI); calls to a server of this process skip the network (the `local` module).
     ///
-    /// An IP address gets one connection. A host name is resolved now and every
-    /// [`RESOLVE_EVERY`], with one connection per address and calls balanced over them:
+    /// An IP address gets one connection. A host name is resolved now and every 10 s,
+    /// with one connection per address and calls balanced over them:
     /// behind a Kubernetes headless Service each pod is an address, where one HTTP/2
     /// connection to a single resolved address would pin every call to one pod.
     pub fn channel(&self, addr: &str) -> anyhow::Result<Channel> {

@@ -7,9 +7,11 @@
 //!   and channels to other services.
 //! - [`identity`]: the internal credential and the caller (`x-imesh-actor`) of every call.
 //! - [`error`]: the pieces each service's error → `Status` mapping is made of.
-//! - [`ids`]: snowflake ids.
+//! - [`ids`]: snowflake ids, on node ids each process leases ([`ids::lease`]).
 //! - [`sql`], [`redis`]: store connections; [`seq`]: the seqsvr-style sequence allocator;
 //!   [`outbox`]: the transactional outbox and its relay.
+//! - [`tls`]: the server side of TLS (client listeners, and mutual TLS between services).
+//! - `testing` (feature `testing`, for tests and benches): the real stores tests run on.
 //!
 //! Every binary built on the kit allocates with mimalloc: a message is many small
 //! allocations (frames, protobuf, HTTP/2), and glibc's malloc was a sixth of the server's
@@ -29,6 +31,7 @@ pub mod redis;
 pub mod seq;
 pub mod sql;
 pub mod telemetry;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tls;
 pub mod token;
