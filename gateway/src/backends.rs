@@ -10,7 +10,7 @@ use imesh_kit::{
 use imesh_protos::{
     group::{GroupType, ListMyGroupsRequest, group_service_client::GroupServiceClient},
     message::{
-        HistoryRequest, HistoryResponse, RecallRequest, RecallResponse,
+        EditRequest, EditResponse, HistoryRequest, HistoryResponse, RecallRequest, RecallResponse,
         message_service_client::MessageServiceClient,
     },
     notify::{
@@ -141,6 +141,11 @@ impl Backends {
     ) -> Result<RecallResponse, Status> {
         let request = self.caller.request(Actor::User(user), request);
         Ok(self.message.clone().recall(request).await?.into_inner())
+    }
+
+    pub async fn edit(&self, user: i64, request: EditRequest) -> Result<EditResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self.message.clone().edit(request).await?.into_inner())
     }
 
     pub async fn mark_read(

@@ -78,6 +78,7 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
         Some(In::Pull(_)) => "gateway/pull",
         Some(In::History(_)) => "gateway/history",
         Some(In::Recall(_)) => "gateway/recall",
+        Some(In::Edit(_)) => "gateway/edit",
         Some(In::MarkRead(_)) => "gateway/mark_read",
         Some(In::Conversations(_)) => "gateway/conversations",
         Some(In::UpdateConversation(_)) => "gateway/update_conversation",
@@ -185,6 +186,11 @@ impl Session {
                 .recall(self.user(), request)
                 .await
                 .map(Body::Recall),
+            Some(In::Edit(request)) => self
+                .backends
+                .edit(self.user(), request)
+                .await
+                .map(Body::Edit),
             Some(In::MarkRead(request)) => self
                 .backends
                 .mark_read(self.user(), request)

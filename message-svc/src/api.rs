@@ -143,6 +143,27 @@ impl MessageService for MessageApi {
         }))
     }
 
+    async fn edit(
+        &self,
+        request: Request<pb::EditRequest>,
+    ) -> Result<Response<pb::EditResponse>, Status> {
+        let by = sender(&request)?;
+        let pb::EditRequest {
+            conversation_id,
+            seq,
+            content,
+        } = request.into_inner();
+        let content = content.and_then(|c| c.kind).map(content_from_proto);
+        let message = self
+            .messages
+            .edit(by, &conversation_id, seq, content)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::EditResponse {
+            message: Some(crate::events::message_to_proto(&message)),
+        }))
+    }
+
     async fn conversation_seq(
         &self,
         request: Request<pb::ConversationSeqRequest>,
@@ -259,6 +280,8 @@ fn status(err: Error) -> Status {
             Status::permission_denied(err.to_string())
         }
         Error::NoMessage => Status::not_found(err.to_string()),
+        Error::NotSender => Status::permission_denied(err.to_string()),
+        Error::EditRefused(_) => Status::failed_precondition(err.to_string()),
         Error::Refused(_) | Error::NoticeForbidden => Status::permission_denied(err.to_string()),
         Error::RateLimited(_) | Error::Overloaded(_) => {
             let wait = retry_after_ms(&err).unwrap_or(0);

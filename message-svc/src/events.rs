@@ -49,6 +49,8 @@ pub fn message_to_proto(message: &Message) -> pb::Message {
         mentioned_user_ids: message.mentions.users.clone(),
         mention_all: message.mentions.all,
         receipt: message.receipt_bound > 0,
+        version: message.version,
+        edited_at_ms: message.edited_at_ms,
     }
 }
 
@@ -158,6 +160,33 @@ pub fn encode_recall(message: &Message, audience: &Audience) -> Vec<u8> {
         receipt_map_bound: 0,
         event: Some(sync_pb::SyncEvent {
             kind: Some(sync_pb::sync_event::Kind::Recalled(recalled)),
+        }),
+    }
+    .encode_to_vec()
+}
+
+/// The outbox payload telling `audience` that `message` now reads as its latest version;
+/// sync-svc dedups it per version.
+pub fn encode_edit(message: &Message, audience: &Audience) -> Vec<u8> {
+    let (recipient_ids, read_fanout_group_id) = addressed(audience);
+    let edited = pb::Edited {
+        conversation_id: message.conversation_id.clone(),
+        seq: message.seq,
+        msg_id: message.msg_id,
+        content: Some(content_to_proto(&message.content)),
+        version: message.version,
+        edited_at_ms: message.edited_at_ms,
+    };
+    sync_pb::Fanout {
+        event_id: format!(
+            "e:{}:{}:{}",
+            message.conversation_id, message.seq, message.version
+        ),
+        recipient_ids,
+        read_fanout_group_id,
+        receipt_map_bound: 0,
+        event: Some(sync_pb::SyncEvent {
+            kind: Some(sync_pb::sync_event::Kind::Edited(edited)),
         }),
     }
     .encode_to_vec()

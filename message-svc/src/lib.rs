@@ -50,6 +50,8 @@ pub struct Config {
     pub direct_policy: domain::DirectPolicy,
     /// How long senders may recall their own messages.
     pub recall_window_secs: u64,
+    /// How long a sender may edit their own message.
+    pub edit_window_secs: u64,
     /// How far ahead each persisted seq ceiling reaches.
     pub seq_step: i64,
     /// Outbox rows handed to sync-svc per call.
@@ -94,6 +96,7 @@ impl Default for Config {
             max_content_bytes: 12 * 1024,
             direct_policy: domain::DirectPolicy::Anyone,
             recall_window_secs: 120,
+            edit_window_secs: 24 * 3600,
             seq_step: 1000,
             outbox_batch: 256,
             rate_limits: RateLimitConfig::default(),
@@ -174,6 +177,7 @@ impl Service {
                 encode: domain::Encoders {
                     message: events::encode_fanout,
                     recall: events::encode_recall,
+                    edit: events::encode_edit,
                 },
                 relay: relay.waker(),
                 backlog: relay.backlog(),
@@ -181,6 +185,7 @@ impl Service {
                     max_content_bytes: config.max_content_bytes,
                     direct_policy: config.direct_policy,
                     recall_window_ms: config.recall_window_secs as i64 * 1000,
+                    edit_window_ms: config.edit_window_secs as i64 * 1000,
                     receipt_max_members: config.receipt_max_members,
                     max_relay_lag: std::time::Duration::from_millis(config.max_relay_lag_ms),
                 },

@@ -501,5 +501,6 @@ fn body_field(body: &Body) -> u16 {
         Body::Typing(_) => 17,
         Body::Relation(_) => 18,
         Body::Group(_) => 19,
+        Body::Edit(_) => 20,
     }
 }

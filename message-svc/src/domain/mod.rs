@@ -37,6 +37,10 @@ pub enum Error {
     NoMessage,
     #[error("seq: {0}")]
     RecallRefused(&'static str),
+    #[error("seq: only the sender may edit a message")]
+    NotSender,
+    #[error("seq: {0}")]
+    EditRefused(&'static str),
     #[error("content.notice: only internal callers (the system actor) send notices")]
     NoticeForbidden,
     #[error(transparent)]
@@ -180,11 +184,12 @@ pub enum DirectPolicy {
 /// Turns a stored message and its audience into the outbox payload sync-svc receives.
 pub type EncodeEvent = fn(&Message, &Audience) -> Vec<u8>;
 
-/// The outbox payloads message-svc writes: a new message, a recall.
+/// The outbox payloads message-svc writes: a new message, a recall, an edit.
 #[derive(Clone, Copy)]
 pub struct Encoders {
     pub message: EncodeEvent,
     pub recall: EncodeEvent,
+    pub edit: EncodeEvent,
 }
 
 pub struct Limits {
@@ -192,6 +197,8 @@ pub struct Limits {
     pub direct_policy: DirectPolicy,
     /// How long a sender may recall their own message.
     pub recall_window_ms: i64,
+    /// How long a sender may edit their own message.
+    pub edit_window_ms: i64,
     /// Largest group whose messages may ask for read receipts.
     pub receipt_max_members: u32,
     /// Sends are refused while the outbox relay has been behind for longer than this.

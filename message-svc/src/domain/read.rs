@@ -1,4 +1,4 @@
-//! Reading a conversation back, and recalling one of its messages.
+//! Reading a conversation back, and recalling or editing one of its messages.
 
 use imesh_kit::outbox::OutboxRow;
 
@@ -26,11 +26,9 @@ impl Messages {
         seq: i64,
     ) -> Result<Message, Error> {
         let conversation = Conversation::parse(conversation_id)?;
-        let (after, until) = self.visible(by, conversation).await?;
-        let found = self.store.message(conversation_id, seq).await?;
-        let message = found
-            .filter(|m| m.seq > after && until.is_none_or(|u| m.seq <= u))
-            .ok_or(Error::NoMessage)?;
+        let message = self
+            .visible_message(by, conversation, conversation_id, seq)
+            .await?;
         if message.recalled_by != 0 {
             return Ok(message);
         }
@@ -38,16 +36,7 @@ impl Messages {
         if let Sender::User(user) = by {
             self.may_recall(user, conversation, &message, now).await?;
         }
-        let audience = match conversation {
-            Conversation::Group(g) => self
-                .peers
-                .groups
-                .audience(g)
-                .await
-                .map_err(Error::Directory)?,
-            Conversation::Direct(a, b) => Audience::Users(vec![a, b]),
-            Conversation::Notices(u) => Audience::Users(vec![u]),
-        };
+        let audience = self.audience_now(conversation).await?;
         let recalled = Message {
             content: Content::Text(String::new()),
             recalled_by: by.id(),
@@ -72,6 +61,94 @@ impl Messages {
         }
         self.relay.notify_one();
         Ok(recalled)
+    }
+
+    /// Gives `by`'s own message `seq` new content, within the edit window, and tells the
+    /// conversation's members. A recalled message or a notice is not edited; of two
+    /// concurrent edits, the second is refused and may be made again.
+    pub async fn edit(
+        &self,
+        by: Sender,
+        conversation_id: &str,
+        seq: i64,
+        content: Option<Content>,
+    ) -> Result<Message, Error> {
+        let content = self.checked_content(by, content)?;
+        let conversation = Conversation::parse(conversation_id)?;
+        let message = self
+            .visible_message(by, conversation, conversation_id, seq)
+            .await?;
+        if message.sender_id != by.id() {
+            return Err(Error::NotSender);
+        }
+        if message.recalled_by != 0 {
+            return Err(Error::EditRefused("a recalled message cannot be edited"));
+        }
+        if message.content.is_notice() {
+            return Err(Error::EditRefused("a notice cannot be edited"));
+        }
+        let now = imesh_kit::ids::unix_ms();
+        if now - message.server_time_ms > self.limits.edit_window_ms {
+            return Err(Error::EditRefused("the edit window has passed"));
+        }
+        let audience = self.audience_now(conversation).await?;
+        let edited = Message {
+            content,
+            version: message.version + 1,
+            edited_at_ms: now,
+            ..message
+        };
+        let event = OutboxRow {
+            id: self.ids.next_id()?,
+            payload: (self.encode.edit)(&edited, &audience),
+        };
+        let stored = self
+            .store
+            .edit(
+                conversation_id,
+                seq,
+                &edited.content,
+                edited.version,
+                now,
+                event,
+            )
+            .await?;
+        if !stored {
+            return Err(Error::EditRefused(
+                "the message changed meanwhile (edited or recalled); read it again",
+            ));
+        }
+        self.relay.notify_one();
+        Ok(edited)
+    }
+
+    /// Message `seq` of a conversation, if `reader` may see it.
+    async fn visible_message(
+        &self,
+        reader: Sender,
+        conversation: Conversation,
+        conversation_id: &str,
+        seq: i64,
+    ) -> Result<Message, Error> {
+        let (after, until) = self.visible(reader, conversation).await?;
+        let found = self.store.message(conversation_id, seq).await?;
+        found
+            .filter(|m| m.seq > after && until.is_none_or(|u| m.seq <= u))
+            .ok_or(Error::NoMessage)
+    }
+
+    /// Whom an event of the conversation reaches now.
+    async fn audience_now(&self, conversation: Conversation) -> Result<Audience, Error> {
+        Ok(match conversation {
+            Conversation::Group(g) => self
+                .peers
+                .groups
+                .audience(g)
+                .await
+                .map_err(Error::Directory)?,
+            Conversation::Direct(a, b) => Audience::Users(vec![a, b]),
+            Conversation::Notices(u) => Audience::Users(vec![u]),
+        })
     }
 
     /// A user may recall their own message in time, or anyone's as a group moderator.

@@ -355,7 +355,11 @@ impl Messages {
         stored.pop().expect("one outcome per draft")
     }
 
-    fn checked_content(&self, sender: Sender, content: Option<Content>) -> Result<Content, Error> {
+    pub(super) fn checked_content(
+        &self,
+        sender: Sender,
+        content: Option<Content>,
+    ) -> Result<Content, Error> {
         let content = content.ok_or_else(|| invalid("content", "must be set"))?;
         content.validate(self.limits.max_content_bytes)?;
         if content.is_notice() && sender != Sender::System {
@@ -603,5 +607,7 @@ fn compose(
         server_time_ms: 0,
         recalled_by: 0,
         recalled_at_ms: 0,
+        version: 1,
+        edited_at_ms: 0,
     }
 }

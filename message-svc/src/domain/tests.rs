@@ -160,6 +160,7 @@ async fn build_behind(
             encode: Encoders {
                 message: crate::events::encode_fanout,
                 recall: crate::events::encode_recall,
+                edit: crate::events::encode_edit,
             },
             relay: Arc::new(Notify::new()),
             backlog,
@@ -167,6 +168,7 @@ async fn build_behind(
                 max_content_bytes: 300,
                 direct_policy,
                 recall_window_ms: 60_000,
+                edit_window_ms: 120_000,
                 receipt_max_members: 3,
                 max_relay_lag: std::time::Duration::from_millis(100),
             },
@@ -547,4 +549,86 @@ async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_onc
         (last.event_id.as_str(), last.recipient_ids.clone()),
         ("r:g:7:2", vec![1, 2, 3])
     );
+}
+
+#[tokio::test]
+async fn an_edit_is_the_senders_within_the_window_and_raises_the_version_for_both_sides() {
+    let (mut messages, outbox) = messages().await;
+    let sent = messages.send(u(1), text("e1", 2, "helo")).await.unwrap();
+    let (conversation, seq) = (sent.conversation_id.as_str(), sent.seq);
+    let new_text = |t: &str| Some(Content::Text(t.into()));
+    let by_peer = messages
+        .edit(u(2), conversation, seq, new_text("mine now"))
+        .await
+        .unwrap_err();
+    assert!(matches!(by_peer, Error::NotSender), "{by_peer:?}");
+    let blank = messages
+        .edit(u(1), conversation, seq, new_text(" "))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            blank,
+            Error::Invalid {
+                field: "content.text",
+                ..
+            }
+        ),
+        "{blank:?}"
+    );
+    let first = messages
+        .edit(u(1), conversation, seq, new_text("hello"))
+        .await
+        .unwrap();
+    let second = messages
+        .edit(u(1), conversation, seq, new_text("hello!"))
+        .await
+        .unwrap();
+    assert_eq!((first.version, second.version), (2, 3));
+    assert!(second.edited_at_ms >= sent.server_time_ms);
+    let (history, _) = messages
+        .history(u(2), conversation, HistoryPage::Before(0), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        (history[0].content.clone(), history[0].version),
+        (Content::Text("hello!".into()), 3),
+        "history shows the latest version"
+    );
+    // The send and one event per edit, the last carrying version 3 to both users.
+    let rows = outbox.pending(10).await.unwrap();
+    assert_eq!(rows.len(), 3);
+    let last = imesh_protos::sync::Fanout::decode(rows[2].payload.as_slice()).unwrap();
+    assert_eq!(last.recipient_ids, vec![1, 2]);
+    let Some(imesh_protos::sync::sync_event::Kind::Edited(edited)) =
+        last.event.and_then(|e| e.kind)
+    else {
+        panic!("not an edit event");
+    };
+    assert_eq!((edited.seq, edited.version), (seq, 3));
+
+    messages.limits.edit_window_ms = -1;
+    let late = messages
+        .edit(u(1), conversation, seq, new_text("too late"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(late, Error::EditRefused(m) if m.contains("window")),
+        "{late:?}"
+    );
+    messages.limits.edit_window_ms = 120_000;
+    messages.recall(u(1), conversation, seq).await.unwrap();
+    let recalled = messages
+        .edit(u(1), conversation, seq, new_text("back"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(recalled, Error::EditRefused(m) if m.contains("recalled")),
+        "{recalled:?}"
+    );
+    let missing = messages
+        .edit(u(1), conversation, seq + 10, new_text("?"))
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, Error::NoMessage), "{missing:?}");
 }

@@ -103,6 +103,9 @@ pub struct Message {
     /// Who recalled it (0: not recalled); a recalled message keeps no content.
     pub recalled_by: i64,
     pub recalled_at_ms: i64,
+    /// 1 as sent, one more per edit; when it was last edited (0: never).
+    pub version: i32,
+    pub edited_at_ms: i64,
 }
 
 /// The acknowledgement of a send.

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use imesh_kit::{error::StoreError, outbox::OutboxRow};
 
-use crate::domain::{Message, Sent};
+use crate::domain::{Content, Message, Sent};
 
 mod commits;
 pub mod sql;
@@ -60,6 +60,18 @@ pub trait MessageStore: Send + Sync + 'static {
         conversation_id: &str,
         seq: i64,
         by: i64,
+        at_ms: i64,
+        event: OutboxRow,
+    ) -> Result<bool, StoreError>;
+    /// In one transaction: gives a message not recalled `content` as its `version` (only
+    /// if it is at `version - 1`, so of two concurrent edits one wins), recording `at_ms`,
+    /// and queues `event`. True when this call edited it.
+    async fn edit(
+        &self,
+        conversation_id: &str,
+        seq: i64,
+        content: &Content,
+        version: i32,
         at_ms: i64,
         event: OutboxRow,
     ) -> Result<bool, StoreError>;

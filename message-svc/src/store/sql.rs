@@ -42,6 +42,9 @@ mod messages {
         pub server_time_ms: i64,
         pub recalled_by: i64,
         pub recalled_at_ms: i64,
+        /// 1 as sent, one more per edit.
+        pub version: i32,
+        pub edited_at_ms: i64,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -142,6 +145,8 @@ fn to_message(m: messages::Model) -> Result<Message, StoreError> {
         server_time_ms: m.server_time_ms,
         recalled_by: m.recalled_by,
         recalled_at_ms: m.recalled_at_ms,
+        version: m.version,
+        edited_at_ms: m.edited_at_ms,
     })
 }
 
@@ -193,6 +198,8 @@ pub(super) async fn write_appends(
             server_time_ms: Set(message.server_time_ms),
             recalled_by: Set(0),
             recalled_at_ms: Set(0),
+            version: Set(message.version),
+            edited_at_ms: Set(message.edited_at_ms),
         }
     });
     // One row per conversation: an upsert may not touch a row twice.
@@ -347,6 +354,38 @@ impl MessageStore for SqlMessageStore {
         Ok(true)
     }
 
+    async fn edit(
+        &self,
+        conversation_id: &str,
+        seq: i64,
+        content: &Content,
+        version: i32,
+        at_ms: i64,
+        event: OutboxRow,
+    ) -> Result<bool, StoreError> {
+        use messages::Column as C;
+        let (kind, body) = encode_content(content);
+        let txn = self.db.begin().await?;
+        let done = messages::Entity::update_many()
+            .col_expr(C::Kind, Expr::value(kind))
+            .col_expr(C::Body, Expr::value(body))
+            .col_expr(C::Version, Expr::value(version))
+            .col_expr(C::EditedAtMs, Expr::value(at_ms))
+            .filter(C::ConversationId.eq(conversation_id))
+            .filter(C::Seq.eq(seq))
+            .filter(C::RecalledBy.eq(0))
+            .filter(C::Version.eq(version - 1))
+            .exec(&txn)
+            .await?;
+        if done.rows_affected == 0 {
+            txn.rollback().await?;
+            return Ok(false);
+        }
+        outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
+        txn.commit().await?;
+        Ok(true)
+    }
+
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError> {
         let backend = self.db.get_database_backend();
         let stmt = Query::select()
@@ -377,6 +416,7 @@ impl MigratorTrait for Migrator {
             Box::new(AddMentions),
             Box::new(AddReceipts),
             Box::new(imesh_kit::ids::lease::Migration),
+            Box::new(AddEdits),
         ]
     }
 
@@ -492,5 +532,37 @@ impl MigrationTrait for AddReceipts {
                     .to_owned(),
             )
             .await
+    }
+}
+
+struct AddEdits;
+
+impl MigrationName for AddEdits {
+    fn name(&self) -> &str {
+        "m20261205_000006_message_edits"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddEdits {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        // One column per statement: SQLite alters one thing at a time.
+        for column in [
+            integer(Alias::new("version")).default(1).to_owned(),
+            big_integer(Alias::new("edited_at_ms"))
+                .default(0)
+                .to_owned(),
+        ] {
+            let mut column = column;
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(Alias::new("messages"))
+                        .add_column(&mut column)
+                        .to_owned(),
+                )
+                .await?;
+        }
+        Ok(())
     }
 }

@@ -34,6 +34,8 @@ fn message(msg_id: i64, seq: i64, client_msg_id: &str) -> Message {
         server_time_ms: 1_700_000_000_000 + seq,
         recalled_by: 0,
         recalled_at_ms: 0,
+        version: 1,
+        edited_at_ms: 0,
     }
 }
 
@@ -260,5 +262,58 @@ async fn every_content_kind_and_its_mentions_round_trip_on_every_backend() {
             let read = store.message("d:1:2", seq).await.unwrap();
             assert_eq!(read.as_ref(), Some(&sent), "{backend:?}");
         }
+    }
+}
+
+#[tokio::test]
+async fn an_edit_replaces_the_content_once_per_version_and_never_a_recalled_message() {
+    for (backend, store, outbox) in stores().await {
+        store.append(&message(20, 1, "e"), event(20)).await.unwrap();
+        let edited = Content::Text("hello, edited".into());
+        assert!(
+            store
+                .edit("d:1:2", 1, &edited, 2, 1_700_000_001_000, event(21))
+                .await
+                .unwrap(),
+            "{backend:?}"
+        );
+        let stored = store.message("d:1:2", 1).await.unwrap().unwrap();
+        assert_eq!(
+            (stored.content, stored.version, stored.edited_at_ms),
+            (edited.clone(), 2, 1_700_000_001_000),
+            "{backend:?}"
+        );
+        // A second edit made from version 1 lost the race: nothing changes, nothing queued.
+        let stale = store
+            .edit("d:1:2", 1, &Content::Text("stale".into()), 2, 1, event(22))
+            .await
+            .unwrap();
+        assert!(
+            !stale,
+            "{backend:?}: an edit from an old version is refused"
+        );
+        let pending: Vec<i64> = outbox
+            .pending(10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(pending, vec![20, 21], "{backend:?}");
+        store.recall("d:1:2", 1, 1, 5, event(23)).await.unwrap();
+        let after_recall = store
+            .edit("d:1:2", 1, &Content::Text("again".into()), 3, 6, event(24))
+            .await
+            .unwrap();
+        assert!(
+            !after_recall,
+            "{backend:?}: a recalled message is not edited"
+        );
+        let recalled = store.message("d:1:2", 1).await.unwrap().unwrap();
+        assert_eq!(
+            recalled.content,
+            Content::Text(String::new()),
+            "{backend:?}"
+        );
     }
 }
