@@ -187,6 +187,8 @@ fn send_command(request: pb::SendRequest) -> SendCommand {
         mentioned_user_ids,
         mention_all,
         receipt,
+        reply_to_seq,
+        forward,
     } = request;
     SendCommand {
         client_msg_id,
@@ -197,6 +199,8 @@ fn send_command(request: pb::SendRequest) -> SendCommand {
             all: mention_all,
         },
         receipt,
+        reply_to_seq,
+        forward: forward.map(|f| (f.conversation_id, f.seq)),
     }
 }
 

@@ -51,6 +51,17 @@ pub fn message_to_proto(message: &Message) -> pb::Message {
         receipt: message.receipt_bound > 0,
         version: message.version,
         edited_at_ms: message.edited_at_ms,
+        reply: message.reply.as_ref().map(|r| pb::Reply {
+            seq: r.seq,
+            sender_id: r.sender_id,
+            excerpt: r.excerpt.clone(),
+            recalled: r.recalled,
+        }),
+        forwarded: message.forwarded.map(|f| pb::Forwarded {
+            msg_id: f.msg_id,
+            sender_id: f.sender_id,
+            server_time_ms: f.server_time_ms,
+        }),
     }
 }
 

@@ -72,9 +72,25 @@ pub struct Notice {
 
 const MAX_URL: usize = 2048;
 
+/// How many characters of a quoted message a reply keeps.
+const EXCERPT_CHARS: usize = 100;
+
 impl Content {
     pub fn is_notice(&self) -> bool {
         matches!(self, Self::Notice(_))
+    }
+
+    /// What a reply shows of this content: the start of a text, or its kind.
+    pub fn excerpt(&self) -> String {
+        match self {
+            Self::Text(text) => text.chars().take(EXCERPT_CHARS).collect(),
+            Self::Notice(notice) => notice.text.chars().take(EXCERPT_CHARS).collect(),
+            Self::Custom(_) => "[custom]".into(),
+            Self::Media(MediaKind::Image, _) => "[image]".into(),
+            Self::Media(MediaKind::File, _) => "[file]".into(),
+            Self::Media(MediaKind::Audio, _) => "[audio]".into(),
+            Self::Media(MediaKind::Video, _) => "[video]".into(),
+        }
     }
 
     /// Checks the content against its kind's rules and the size limit (the bytes of its

@@ -20,7 +20,8 @@ pub use rate::{RateLimited, RateLimits};
 pub use read::HistoryPage;
 pub use send::{MAX_SEND_BATCH, NoticeCommand, NoticeOutcome, NoticeTarget, SendCommand};
 pub use types::{
-    Conversation, ConversationId, Mentions, Message, Sender, Sent, Target, direct_conversation,
+    Conversation, ConversationId, Forwarded, Mentions, Message, Reply, Sender, Sent, Target,
+    direct_conversation,
 };
 
 #[derive(Debug, thiserror::Error)]

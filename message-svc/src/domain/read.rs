@@ -3,7 +3,8 @@
 use imesh_kit::outbox::OutboxRow;
 
 use super::{
-    Audience, Content, Conversation, Error, MAX_HISTORY_PAGE, Message, Messages, Sender, invalid,
+    Audience, Content, Conversation, Error, Forwarded, MAX_HISTORY_PAGE, Message, Messages, Reply,
+    Sender, invalid,
 };
 
 /// Which page of a conversation's history.
@@ -122,6 +123,67 @@ impl Messages {
         Ok(edited)
     }
 
+    /// What a reply to message `seq` of `conversation_id` quotes, if `sender` may read it.
+    pub(super) async fn quoted(
+        &self,
+        sender: Sender,
+        conversation_id: &str,
+        seq: i64,
+    ) -> Result<Reply, Error> {
+        let conversation = Conversation::parse(conversation_id)?;
+        let quoted = self
+            .visible_message(sender, conversation, conversation_id, seq)
+            .await
+            .map_err(|e| match e {
+                Error::NoMessage | Error::NotParticipant => {
+                    invalid("reply_to_seq", "no message of this conversation has it")
+                }
+                other => other,
+            })?;
+        Ok(Reply {
+            seq,
+            sender_id: quoted.sender_id,
+            excerpt: quoted.content.excerpt(),
+            recalled: quoted.recalled_by != 0,
+        })
+    }
+
+    /// The content and origin of a forward of message `seq` of `source`, which `sender`
+    /// must be able to read.
+    pub(super) async fn forwarded(
+        &self,
+        sender: Sender,
+        source: &str,
+        seq: i64,
+    ) -> Result<(Content, Option<Forwarded>), Error> {
+        let unreadable = || {
+            invalid(
+                "forward",
+                "no message you can read has this conversation_id and seq",
+            )
+        };
+        let conversation = Conversation::parse(source).map_err(|_| unreadable())?;
+        let original = self
+            .visible_message(sender, conversation, source, seq)
+            .await
+            .map_err(|e| match e {
+                Error::NoMessage | Error::NotParticipant => unreadable(),
+                other => other,
+            })?;
+        if original.recalled_by != 0 {
+            return Err(invalid("forward", "the message was recalled"));
+        }
+        if original.content.is_notice() {
+            return Err(invalid("forward", "notices are not forwarded"));
+        }
+        let origin = original.forwarded.unwrap_or(Forwarded {
+            msg_id: original.msg_id,
+            sender_id: original.sender_id,
+            server_time_ms: original.server_time_ms,
+        });
+        Ok((original.content, Some(origin)))
+    }
+
     /// Message `seq` of a conversation, if `reader` may see it.
     async fn visible_message(
         &self,
@@ -209,7 +271,29 @@ impl Messages {
             .await?;
         let more = page.len() > limit as usize;
         page.truncate(limit as usize);
+        self.mark_recalled_quotes(conversation_id, &mut page)
+            .await?;
         Ok((page, more))
+    }
+
+    /// Flags the replies of `page` whose quoted message was recalled since.
+    async fn mark_recalled_quotes(
+        &self,
+        conversation_id: &str,
+        page: &mut [Message],
+    ) -> Result<(), Error> {
+        let quoted: Vec<i64> = page
+            .iter()
+            .filter_map(|m| m.reply.as_ref().map(|r| r.seq))
+            .collect();
+        if quoted.is_empty() {
+            return Ok(());
+        }
+        let recalled = self.store.recalled_among(conversation_id, &quoted).await?;
+        for reply in page.iter_mut().filter_map(|m| m.reply.as_mut()) {
+            reply.recalled = recalled.contains(&reply.seq);
+        }
+        Ok(())
     }
 
     /// The seq range `(after, until]` of a conversation `reader` may read; the system actor

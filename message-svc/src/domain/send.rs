@@ -13,6 +13,7 @@ use super::{
     direct_conversation, invalid, types::parse_client_msg_id,
 };
 
+#[derive(Default)]
 pub struct SendCommand {
     pub client_msg_id: String,
     pub to: Option<Target>,
@@ -20,6 +21,10 @@ pub struct SendCommand {
     pub mentions: Mentions,
     /// Count who reads it (groups only).
     pub receipt: bool,
+    /// A reply to this seq of the same conversation (0: none).
+    pub reply_to_seq: i64,
+    /// A forward of this message (conversation, seq); the content is then the original's.
+    pub forward: Option<(String, i64)>,
 }
 
 /// One message from the system account to each of many users and groups.
@@ -55,9 +60,12 @@ struct Checked {
     sender: Sender,
     client_msg_id: String,
     to: Target,
-    content: Content,
+    /// None for a forward, whose content is the original's.
+    content: Option<Content>,
     mentions: Mentions,
     receipt: bool,
+    reply_to_seq: i64,
+    forward: Option<(String, i64)>,
 }
 
 /// A message the gate let through, waiting for its msg_id and seq.
@@ -144,7 +152,19 @@ impl Messages {
         let to = command
             .to
             .ok_or_else(|| invalid("to", "set user_id or group_id"))?;
-        let content = self.checked_content(sender, command.content)?;
+        let content = match command.forward {
+            None => Some(self.checked_content(sender, command.content)?),
+            Some(_) if command.content.is_some() => {
+                return Err(invalid(
+                    "content",
+                    "must be empty in a forward (the copy takes the original's)",
+                ));
+            }
+            Some(_) => None,
+        };
+        if command.reply_to_seq < 0 {
+            return Err(invalid("reply_to_seq", "must be a seq, or 0"));
+        }
         let mentions = checked_mentions(command.mentions, to)?;
         if command.receipt {
             checked_receipt(sender, to)?;
@@ -156,6 +176,8 @@ impl Messages {
             content,
             mentions,
             receipt: command.receipt,
+            reply_to_seq: command.reply_to_seq,
+            forward: command.forward,
         })
     }
 
@@ -244,9 +266,22 @@ impl Messages {
             content,
             mentions,
             receipt,
+            reply_to_seq,
+            forward,
         } = checked;
         let (conversation, gated) = self.gate(sender, to, &mentions, relations).await?;
+        let (content, forwarded) = match (content, forward) {
+            (Some(content), _) => (content, None),
+            (None, Some((source, seq))) => self.forwarded(sender, &source, seq).await?,
+            (None, None) => return Err(invalid("content", "must be set")),
+        };
+        let reply = match reply_to_seq {
+            0 => None,
+            seq => Some(self.quoted(sender, &conversation, seq).await?),
+        };
         let mut message = compose(sender, client_msg_id, conversation, content, mentions);
+        message.reply = reply;
+        message.forwarded = forwarded;
         if receipt {
             message.receipt_bound = self.receipt_bound(&gated)?;
         }
@@ -609,5 +644,7 @@ fn compose(
         recalled_at_ms: 0,
         version: 1,
         edited_at_ms: 0,
+        reply: None,
+        forwarded: None,
     }
 }

@@ -185,6 +185,8 @@ fn text(client_msg_id: &str, to: i64, body: &str) -> SendCommand {
         content: Some(Content::Text(body.into())),
         mentions: Mentions::default(),
         receipt: false,
+        reply_to_seq: 0,
+        forward: None,
     }
 }
 
@@ -361,6 +363,8 @@ async fn group_sends_go_to_the_members_group_svc_names_and_refusals_store_nothin
         content: Some(Content::Text("all".into())),
         mentions: Mentions::default(),
         receipt: false,
+        reply_to_seq: 0,
+        forward: None,
     };
     let sent = messages.send(u(1), to_group("g1", 7)).await.unwrap();
     assert_eq!((sent.conversation_id.as_str(), sent.seq), ("g:7", 1));
@@ -395,6 +399,8 @@ async fn history_shows_each_member_only_what_they_could_see() {
             content: Some(Content::Text(format!("m{}", i + 1))),
             mentions: Mentions::default(),
             receipt: false,
+            reply_to_seq: 0,
+            forward: None,
         };
         messages.send(u(sender), command).await.unwrap();
     }
@@ -477,6 +483,8 @@ async fn recall_is_the_senders_within_the_window_or_a_moderators_and_happens_onc
         content: Some(Content::Text("oops".into())),
         mentions: Mentions::default(),
         receipt: false,
+        reply_to_seq: 0,
+        forward: None,
     };
     let direct = messages
         .send(u(1), send("r1", Target::User(2)))
@@ -631,4 +639,139 @@ async fn an_edit_is_the_senders_within_the_window_and_raises_the_version_for_bot
         .await
         .unwrap_err();
     assert!(matches!(missing, Error::NoMessage), "{missing:?}");
+}
+
+#[tokio::test]
+async fn a_reply_quotes_an_excerpt_that_stays_and_shows_the_quoted_message_recalled() {
+    let (messages, outbox) = messages().await;
+    let long = "x".repeat(150);
+    let first = messages.send(u(1), text("q1", 2, &long)).await.unwrap();
+    let reply = SendCommand {
+        reply_to_seq: first.seq,
+        ..text("q2", 1, "agreed")
+    };
+    let answered = messages.send(u(2), reply).await.unwrap();
+    let rows = outbox.pending(10).await.unwrap();
+    let fanout = imesh_protos::sync::Fanout::decode(rows[1].payload.as_slice()).unwrap();
+    let Some(imesh_protos::sync::sync_event::Kind::Message(pushed)) =
+        fanout.event.and_then(|e| e.kind)
+    else {
+        panic!("not a message event");
+    };
+    let quoted = pushed.reply.expect("the pushed reply quotes");
+    assert_eq!(
+        (
+            quoted.seq,
+            quoted.sender_id,
+            quoted.excerpt.len(),
+            quoted.recalled
+        ),
+        (first.seq, 1, 100, false)
+    );
+    let missing = messages
+        .send(
+            u(2),
+            SendCommand {
+                reply_to_seq: 99,
+                ..text("q3", 1, "to what?")
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            Error::Invalid {
+                field: "reply_to_seq",
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+    messages
+        .recall(u(1), &first.conversation_id, first.seq)
+        .await
+        .unwrap();
+    let (history, _) = messages
+        .history(u(2), &first.conversation_id, HistoryPage::Before(0), 10)
+        .await
+        .unwrap();
+    let reply = history
+        .iter()
+        .find(|m| m.seq == answered.seq)
+        .and_then(|m| m.reply.clone())
+        .expect("the reply in history");
+    assert!(reply.recalled, "the quoted message was recalled since");
+    assert_eq!(reply.excerpt, "x".repeat(100), "its excerpt stays");
+}
+
+#[tokio::test]
+async fn a_forward_copies_a_readable_message_with_its_first_origin() {
+    let (messages, _outbox) = messages().await;
+    let original = messages.send(u(1), text("f1", 2, "news")).await.unwrap();
+    let forward = |client_msg_id: &str, to, from: &str, seq| SendCommand {
+        client_msg_id: client_msg_id.into(),
+        to: Some(Target::User(to)),
+        forward: Some((from.to_owned(), seq)),
+        ..SendCommand::default()
+    };
+    // Bob forwards alice's message to carol, carol forwards it back to bob.
+    let to_carol = messages
+        .send(
+            u(2),
+            forward("f2", 3, &original.conversation_id, original.seq),
+        )
+        .await
+        .unwrap();
+    let again = messages
+        .send(
+            u(3),
+            forward("f3", 2, &to_carol.conversation_id, to_carol.seq),
+        )
+        .await
+        .unwrap();
+    let (history, _) = messages
+        .history(u(2), &again.conversation_id, HistoryPage::Before(0), 10)
+        .await
+        .unwrap();
+    let copy = &history[0];
+    assert_eq!(copy.content, Content::Text("news".into()));
+    assert_eq!(
+        copy.forwarded.map(|f| (f.msg_id, f.sender_id)),
+        Some((original.msg_id, 1)),
+        "a forward of a forward keeps the first origin"
+    );
+    // Carol cannot forward what she cannot read, nor bring content of her own.
+    let unreadable = messages
+        .send(
+            u(3),
+            forward("f4", 2, &original.conversation_id, original.seq),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            unreadable,
+            Error::Invalid {
+                field: "forward",
+                ..
+            }
+        ),
+        "{unreadable:?}"
+    );
+    let both = SendCommand {
+        content: Some(Content::Text("mine".into())),
+        ..forward("f5", 2, &to_carol.conversation_id, to_carol.seq)
+    };
+    let both = messages.send(u(3), both).await.unwrap_err();
+    assert!(
+        matches!(
+            both,
+            Error::Invalid {
+                field: "content",
+                ..
+            }
+        ),
+        "{both:?}"
+    );
 }

@@ -106,6 +106,27 @@ pub struct Message {
     /// 1 as sent, one more per edit; when it was last edited (0: never).
     pub version: i32,
     pub edited_at_ms: i64,
+    pub reply: Option<Reply>,
+    pub forwarded: Option<Forwarded>,
+}
+
+/// What a reply quotes: an earlier message of its conversation, as it was when quoted.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Reply {
+    pub seq: i64,
+    pub sender_id: i64,
+    pub excerpt: String,
+    /// Set when read back if the quoted message was recalled since; never stored.
+    #[serde(skip)]
+    pub recalled: bool,
+}
+
+/// Where a forwarded message first came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Forwarded {
+    pub msg_id: i64,
+    pub sender_id: i64,
+    pub server_time_ms: i64,
 }
 
 /// The acknowledgement of a send.

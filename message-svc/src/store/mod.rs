@@ -75,6 +75,12 @@ pub trait MessageStore: Send + Sync + 'static {
         at_ms: i64,
         event: OutboxRow,
     ) -> Result<bool, StoreError>;
+    /// Which of `seqs` of a conversation are recalled.
+    async fn recalled_among(
+        &self,
+        conversation_id: &str,
+        seqs: &[i64],
+    ) -> Result<std::collections::HashSet<i64>, StoreError>;
     /// The highest seq stored in a conversation, 0 for none.
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError>;
 }

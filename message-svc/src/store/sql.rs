@@ -45,6 +45,10 @@ mod messages {
         /// 1 as sent, one more per edit.
         pub version: i32,
         pub edited_at_ms: i64,
+        /// What a reply quotes, as JSON.
+        pub reply: Option<String>,
+        /// A forward's origin, as JSON.
+        pub forwarded: Option<String>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -126,6 +130,16 @@ fn decode_mentions(users: Option<String>, all: bool) -> Mentions {
     Mentions { users, all }
 }
 
+fn decode_json<T: serde::de::DeserializeOwned>(
+    msg_id: i64,
+    stored: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    stored
+        .map(|body| serde_json::from_str(&body))
+        .transpose()
+        .map_err(|e| StoreError::Unavailable(anyhow::anyhow!("message {msg_id}: {e}")))
+}
+
 fn to_message(m: messages::Model) -> Result<Message, StoreError> {
     // A recalled message keeps no body; its kind stays for the record.
     let content = if m.recalled_by != 0 {
@@ -147,6 +161,8 @@ fn to_message(m: messages::Model) -> Result<Message, StoreError> {
         recalled_at_ms: m.recalled_at_ms,
         version: m.version,
         edited_at_ms: m.edited_at_ms,
+        reply: decode_json(m.msg_id, m.reply)?,
+        forwarded: decode_json(m.msg_id, m.forwarded)?,
     })
 }
 
@@ -200,6 +216,8 @@ pub(super) async fn write_appends(
             recalled_at_ms: Set(0),
             version: Set(message.version),
             edited_at_ms: Set(message.edited_at_ms),
+            reply: Set(message.reply.as_ref().map(json)),
+            forwarded: Set(message.forwarded.as_ref().map(json)),
         }
     });
     // One row per conversation: an upsert may not touch a row twice.
@@ -386,6 +404,24 @@ impl MessageStore for SqlMessageStore {
         Ok(true)
     }
 
+    async fn recalled_among(
+        &self,
+        conversation_id: &str,
+        seqs: &[i64],
+    ) -> Result<std::collections::HashSet<i64>, StoreError> {
+        use messages::Column as C;
+        let recalled = messages::Entity::find()
+            .select_only()
+            .column(C::Seq)
+            .filter(C::ConversationId.eq(conversation_id))
+            .filter(C::Seq.is_in(seqs.iter().copied()))
+            .filter(C::RecalledBy.ne(0))
+            .into_tuple::<i64>()
+            .all(&self.db)
+            .await?;
+        Ok(recalled.into_iter().collect())
+    }
+
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError> {
         let backend = self.db.get_database_backend();
         let stmt = Query::select()
@@ -417,6 +453,7 @@ impl MigratorTrait for Migrator {
             Box::new(AddReceipts),
             Box::new(imesh_kit::ids::lease::Migration),
             Box::new(AddEdits),
+            Box::new(AddReferences),
         ]
     }
 
@@ -559,6 +596,32 @@ impl MigrationTrait for AddEdits {
                     Table::alter()
                         .table(Alias::new("messages"))
                         .add_column(&mut column)
+                        .to_owned(),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+struct AddReferences;
+
+impl MigrationName for AddReferences {
+    fn name(&self) -> &str {
+        "m20261205_000007_message_references"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddReferences {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        // One column per statement: SQLite alters one thing at a time.
+        for name in ["reply", "forwarded"] {
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(Alias::new("messages"))
+                        .add_column(text_null(Alias::new(name)))
                         .to_owned(),
                 )
                 .await?;

@@ -3,7 +3,7 @@
 use imesh_kit::{outbox::SqlOutbox, testing};
 
 use super::{sql::SqlMessageStore, *};
-use crate::domain::{Content, Media, MediaKind, Mentions, Notice};
+use crate::domain::{Content, Forwarded, Media, MediaKind, Mentions, Notice, Reply};
 
 async fn stores() -> Vec<(testing::Backend, SqlMessageStore, SqlOutbox)> {
     let mut out = Vec::new();
@@ -36,6 +36,8 @@ fn message(msg_id: i64, seq: i64, client_msg_id: &str) -> Message {
         recalled_at_ms: 0,
         version: 1,
         edited_at_ms: 0,
+        reply: None,
+        forwarded: None,
     }
 }
 
@@ -315,5 +317,39 @@ async fn an_edit_replaces_the_content_once_per_version_and_never_a_recalled_mess
             Content::Text(String::new()),
             "{backend:?}"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_reply_and_a_forward_origin_are_stored_and_recalls_among_seqs_are_found() {
+    for (backend, store, _) in stores().await {
+        let quoted = message(30, 1, "q");
+        let reply = Message {
+            reply: Some(Reply {
+                seq: 1,
+                sender_id: 1,
+                excerpt: "hello 1".into(),
+                recalled: false,
+            }),
+            forwarded: Some(Forwarded {
+                msg_id: 7,
+                sender_id: 9,
+                server_time_ms: 1_600_000_000_000,
+            }),
+            ..message(31, 2, "r")
+        };
+        store.append(&quoted, event(30)).await.unwrap();
+        store.append(&reply, event(31)).await.unwrap();
+        let stored = store.message("d:1:2", 2).await.unwrap().unwrap();
+        assert_eq!(
+            (stored.reply, stored.forwarded),
+            (reply.reply.clone(), reply.forwarded),
+            "{backend:?}"
+        );
+        let none = store.recalled_among("d:1:2", &[1, 2]).await.unwrap();
+        assert!(none.is_empty(), "{backend:?}");
+        store.recall("d:1:2", 1, 1, 5, event(32)).await.unwrap();
+        let recalled = store.recalled_among("d:1:2", &[1, 2, 3]).await.unwrap();
+        assert_eq!(recalled, [1].into(), "{backend:?}");
     }
 }

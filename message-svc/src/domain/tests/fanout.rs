@@ -14,6 +14,8 @@ fn to_super(client_msg_id: &str, mentioned: Vec<i64>) -> SendCommand {
             all: false,
         },
         receipt: false,
+        reply_to_seq: 0,
+        forward: None,
     }
 }
 

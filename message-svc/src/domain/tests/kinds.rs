@@ -11,6 +11,8 @@ fn to(to: Target, client_msg_id: &str, content: Content) -> SendCommand {
         content: Some(content),
         mentions: Mentions::default(),
         receipt: false,
+        reply_to_seq: 0,
+        forward: None,
     }
 }
 

@@ -12,6 +12,8 @@ fn asking(client_msg_id: &str, to: Target) -> SendCommand {
         content: Some(Content::Text("read this".into())),
         mentions: Mentions::default(),
         receipt: true,
+        reply_to_seq: 0,
+        forward: None,
     }
 }
 
