@@ -370,6 +370,13 @@ fn mark_of(event: &pb::SyncEvent, receipt_bound: u32) -> Option<Mark> {
                 at_ms: r.recalled_at_ms,
             },
         }),
+        Kind::Edited(e) => Some(Mark {
+            conversation_id: e.conversation_id.clone(),
+            seq: e.seq,
+            change: Change::Edit {
+                event: event.encode_to_vec().into(),
+            },
+        }),
         _ => None,
     }
 }
@@ -379,6 +386,15 @@ fn conversation_to_proto(view: ConversationView) -> Result<pb::Conversation, Sta
     let event = pb::SyncEvent::decode(view.last_event).map_err(|e| error::internal(&e))?;
     let last_message = match event.kind {
         Some(pb::sync_event::Kind::Message(mut m)) => {
+            if let Ok(pb::SyncEvent {
+                kind: Some(pb::sync_event::Kind::Edited(edited)),
+            }) = pb::SyncEvent::decode(view.last_edit.clone())
+                && edited.seq == m.seq
+            {
+                m.content = edited.content;
+                m.version = edited.version;
+                m.edited_at_ms = edited.edited_at_ms;
+            }
             if view.last_recalled_by != 0 {
                 m.content = None;
                 m.recalled_by = view.last_recalled_by;

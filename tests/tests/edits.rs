@@ -1,13 +1,14 @@
 //! Editing a message end to end, through the gateway: the sender's edit reaches the peer
-//! and the sender's other device as an `Edited` event with the new version, history reads
-//! the latest version, in a direct conversation and a group; nobody else may edit it.
+//! and the sender's other device as an `Edited` event with the new version, history and the
+//! conversation list read the latest version, in a direct conversation and a group; nobody
+//! else may edit it.
 //! Runs on every available store set.
 
 use imesh_protos::{
     gateway::{client_frame, server_frame::Body},
     group::CreateGroupRequest,
     message::{Content, EditRequest, Edited, Text, content},
-    sync::sync_event::Kind,
+    sync::{ConversationsRequest, sync_event::Kind},
 };
 use imesh_tests::{Device, Stores, TestCluster};
 use tonic::Code;
@@ -80,6 +81,25 @@ async fn scenario(stores: Stores) {
         "{stores:?}: history reads the latest version"
     );
     assert!(latest.edited_at_ms >= latest.server_time_ms, "{stores:?}");
+    let id = b
+        .send_frame(client_frame::Body::Conversations(
+            ConversationsRequest::default(),
+        ))
+        .await;
+    let Body::Conversations(list) = b.reply(id).await else {
+        panic!("{stores:?}: no conversation list");
+    };
+    let listed = list
+        .conversations
+        .into_iter()
+        .find(|c| c.conversation_id == sent.conversation_id)
+        .and_then(|c| c.last_message)
+        .expect("the conversation's last message");
+    assert_eq!(
+        (listed.version, text_of(listed.content)),
+        (2, "hello bob".to_owned()),
+        "{stores:?}: the list shows the edited last message"
+    );
 
     // Only the sender edits: bob's attempt is refused naming the field.
     let Body::Error(refused) = edit(&mut b, &sent.conversation_id, sent.seq, "bob was here").await

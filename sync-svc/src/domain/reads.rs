@@ -30,6 +30,8 @@ pub enum Change {
     },
     /// Message `seq` was recalled.
     Recall { by: i64, at_ms: i64 },
+    /// Message `seq` was edited: `event` is the encoded sync event saying how it reads now.
+    Edit { event: Bytes },
 }
 
 /// A conversation read up to a seq.
@@ -52,6 +54,8 @@ pub struct ConversationView {
     /// Who recalled the latest message, 0 if nobody did.
     pub last_recalled_by: i64,
     pub last_recalled_at_ms: i64,
+    /// The encoded sync event of the latest message's last edit (empty: not edited).
+    pub last_edit: Bytes,
     /// In a direct conversation, how far the other user read.
     pub peer_read_seq: i64,
     pub settings: Settings,

@@ -322,6 +322,7 @@ impl MigratorTrait for Migrator {
             Box::new(receipts::CreateReceipts),
             Box::new(push::CreatePushSettings),
             Box::new(imesh_kit::ids::lease::Migration),
+            Box::new(reads::AddLastEdit),
         ]
     }
 

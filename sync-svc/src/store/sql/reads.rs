@@ -30,6 +30,7 @@ enum ConversationStates {
     MentionAllSeq,
     LastRecalledBy,
     LastRecalledAtMs,
+    LastEdit,
 }
 
 #[derive(Iden)]
@@ -92,6 +93,7 @@ pub(super) fn marks(
     let mut starts: HashMap<(i64, &str), i64> = HashMap::new();
     let mut raised: HashMap<(i64, &str), (i64, i64)> = HashMap::new();
     let mut recalls = Vec::new();
+    let mut edits = Vec::new();
     for event in events {
         let Some(mark) = &event.mark else { continue };
         let conversation = mark.conversation_id.as_str();
@@ -134,6 +136,7 @@ pub(super) fn marks(
                 }
             }
             Change::Recall { by, at_ms } => recalls.push((conversation, mark.seq, *by, *at_ms)),
+            Change::Edit { event } => edits.push((conversation, mark.seq, event)),
         }
     }
     let rows: Vec<Vec<sea_orm::Value>> = latest
@@ -147,6 +150,7 @@ pub(super) fn marks(
                 newest.mention_all_seq.into(),
                 0i64.into(),
                 0i64.into(),
+                sea_orm::Value::Bytes(None),
             ]
         })
         .collect();
@@ -154,7 +158,7 @@ pub(super) fn marks(
         column,
         by: "max_seq",
     };
-    for chunk in rows.chunks(CHUNK / 7) {
+    for chunk in rows.chunks(CHUNK / 8) {
         let stmt = upsert(
             backend,
             "conversation_states",
@@ -166,6 +170,7 @@ pub(super) fn marks(
                 "mention_all_seq",
                 "last_recalled_by",
                 "last_recalled_at_ms",
+                "last_edit",
             ],
             &["conversation_id"],
             &[
@@ -173,6 +178,7 @@ pub(super) fn marks(
                 newer("updated_at_ms"),
                 newer("last_recalled_by"),
                 newer("last_recalled_at_ms"),
+                newer("last_edit"),
                 Merge::Greatest("mention_all_seq"),
                 Merge::Greatest("max_seq"),
             ],
@@ -224,6 +230,16 @@ pub(super) fn marks(
             .to_owned();
         statements.push(backend.build(&stmt));
     }
+    // An edit of a conversation's latest message changes how its list shows it.
+    for (conversation, seq, event) in edits {
+        let stmt = Query::update()
+            .table(ConversationStates::Table)
+            .value(ConversationStates::LastEdit, event.to_vec())
+            .and_where(Expr::col(ConversationStates::ConversationId).eq(conversation))
+            .and_where(Expr::col(ConversationStates::MaxSeq).eq(seq))
+            .to_owned();
+        statements.push(backend.build(&stmt));
+    }
     (statements, created)
 }
 
@@ -246,6 +262,7 @@ fn joined(user: i64) -> SelectStatement {
             (C::Table, C::MentionAllSeq),
             (C::Table, C::LastRecalledBy),
             (C::Table, C::LastRecalledAtMs),
+            (C::Table, C::LastEdit),
         ])
         .from(R::Table)
         .inner_join(
@@ -269,6 +286,10 @@ fn view(row: &QueryResult) -> Result<ConversationView, DbErr> {
         updated_at_ms: row.try_get("", "updated_at_ms")?,
         last_recalled_by: row.try_get("", "last_recalled_by")?,
         last_recalled_at_ms: row.try_get("", "last_recalled_at_ms")?,
+        last_edit: row
+            .try_get::<Option<Vec<u8>>>("", "last_edit")?
+            .unwrap_or_default()
+            .into(),
         peer_read_seq: 0,
         settings: Settings {
             pinned: row.try_get("", "pinned")?,
@@ -554,5 +575,27 @@ impl MigrationTrait for AddSettings {
                 .await?;
         }
         Ok(())
+    }
+}
+
+pub(super) struct AddLastEdit;
+
+impl MigrationName for AddLastEdit {
+    fn name(&self) -> &str {
+        "m20261205_000007_conversation_last_edit"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddLastEdit {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(ConversationStates::Table)
+                    .add_column(blob_null(ConversationStates::LastEdit))
+                    .to_owned(),
+            )
+            .await
     }
 }
