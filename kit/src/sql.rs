@@ -96,6 +96,28 @@ pub async fn connect_and_migrate<M: MigratorTrait>(
 /// How often a process tries to bring its schema up to date before giving up.
 const MIGRATION_ATTEMPTS: u32 = 3;
 
+/// Adds `columns` to `table` in a migration, one statement each: SQLite alters one thing
+/// at a time.
+pub async fn add_columns(
+    manager: &sea_orm_migration::SchemaManager<'_>,
+    table: impl sea_orm_migration::prelude::IntoIden,
+    columns: impl IntoIterator<Item = sea_orm_migration::prelude::ColumnDef>,
+) -> Result<(), sea_orm::DbErr> {
+    use sea_orm_migration::prelude::Table;
+    let table = table.into_iden();
+    for mut column in columns {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(table.clone())
+                    .add_column(&mut column)
+                    .to_owned(),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
 /// A readiness probe for [`crate::grpc::Server::readiness`]: ready while `db` answers.
 pub fn readiness(db: &DatabaseConnection) -> crate::grpc::Readiness {
     let db = db.clone();

@@ -12,7 +12,7 @@ use imesh_protos::{
         Content, HistoryRequest, HistoryResponse, RecallRequest, SendRequest, Text, content,
         send_request,
     },
-    sync::{InboxEntry, PullRequest, PullResponse},
+    sync::{InboxEntry, PullRequest, PullResponse, sync_event},
 };
 use prost::Message as _;
 use tokio::{
@@ -387,6 +387,21 @@ impl Device {
             match frame.body {
                 Some(Body::Push(push)) => self.pushes.extend(push.entries),
                 _ => self.unsolicited.push_back(frame),
+            }
+        }
+    }
+
+    /// The next pushed event `pick` chooses, skipping the others.
+    pub async fn pushed<T>(&mut self, pick: impl Fn(sync_event::Kind) -> Option<T>) -> T {
+        loop {
+            if let Some(found) = self
+                .next_push()
+                .await
+                .event
+                .and_then(|e| e.kind)
+                .and_then(&pick)
+            {
+                return found;
             }
         }
     }

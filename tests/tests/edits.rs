@@ -31,11 +31,12 @@ async fn edit(device: &mut Device, conversation_id: &str, seq: i64, new: &str) -
 
 /// The next pushed edit, skipping other events.
 async fn edited(device: &mut Device) -> Edited {
-    loop {
-        if let Some(Kind::Edited(edited)) = device.next_push().await.event.and_then(|e| e.kind) {
-            return edited;
-        }
-    }
+    device
+        .pushed(|kind| match kind {
+            Kind::Edited(edited) => Some(edited),
+            _ => None,
+        })
+        .await
 }
 
 fn text_of(content: Option<Content>) -> String {

@@ -30,21 +30,6 @@ fn text(text: &str) -> Option<Content> {
     }))
 }
 
-/// The next pushed event matching `pick`, skipping others.
-async fn pushed<T>(device: &mut Device, pick: impl Fn(Kind) -> Option<T>) -> T {
-    loop {
-        if let Some(found) = device
-            .next_push()
-            .await
-            .event
-            .and_then(|e| e.kind)
-            .and_then(&pick)
-        {
-            return found;
-        }
-    }
-}
-
 async fn conversations(device: &mut Device) -> (Vec<Conversation>, i64) {
     let id = device
         .send_frame(client_frame::Body::Conversations(
@@ -119,21 +104,20 @@ async fn scenario(stores: Stores) {
     else {
         panic!("{stores:?}: image send refused")
     };
-    let got = pushed(&mut b, |k| match k {
-        Kind::Message(m) if m.seq == sent.seq => Some(m),
-        _ => None,
-    })
-    .await;
+    let got = b
+        .pushed(|k| match k {
+            Kind::Message(m) if m.seq == sent.seq => Some(m),
+            _ => None,
+        })
+        .await;
     assert_eq!(
         got.content,
         content(content::Kind::Image(image)),
         "{stores:?}"
     );
     assert_eq!(got.mentioned_user_ids, vec![carol], "{stores:?}");
-    pushed(&mut c, |k| {
-        matches!(k, Kind::Message(m) if m.seq == sent.seq).then_some(())
-    })
-    .await;
+    c.pushed(|k| matches!(k, Kind::Message(m) if m.seq == sent.seq).then_some(()))
+        .await;
     let (list, _) = conversations(&mut c).await;
     let state = find(&list, &conversation);
     assert_eq!((state.unread, state.mentioned), (2, true), "{stores:?}");
@@ -202,12 +186,12 @@ async fn scenario(stores: Stores) {
         read_seq: 2,
     };
     assert_eq!(
-        pushed(&mut b2, moved).await,
+        b2.pushed(moved).await,
         expected,
         "{stores:?}: bob's other device"
     );
     assert_eq!(
-        pushed(&mut a, moved).await,
+        a.pushed(moved).await,
         expected,
         "{stores:?}: the direct peer"
     );
@@ -234,11 +218,12 @@ async fn scenario(stores: Stores) {
         panic!("{stores:?}: settings refused")
     };
     assert!(settings.muted && !settings.pinned, "{stores:?}");
-    let seen = pushed(&mut b2, |k| match k {
-        Kind::Settings(s) => Some(s),
-        _ => None,
-    })
-    .await;
+    let seen = b2
+        .pushed(|k| match k {
+            Kind::Settings(s) => Some(s),
+            _ => None,
+        })
+        .await;
     assert_eq!(seen, settings, "{stores:?}");
     let (list, _) = conversations(&mut b).await;
     assert!(find(&list, &direct).muted, "{stores:?}");
@@ -267,20 +252,19 @@ async fn scenario(stores: Stores) {
         "{stores:?}: {results:?}"
     );
     let mine = format!("s:{bob}");
-    let note = pushed(&mut b, |k| match k {
-        Kind::Message(m) if m.conversation_id == mine => Some(m),
-        _ => None,
-    })
-    .await;
+    let note = b
+        .pushed(|k| match k {
+            Kind::Message(m) if m.conversation_id == mine => Some(m),
+            _ => None,
+        })
+        .await;
     assert_eq!(
         (note.sender_id, note.content),
         (0, notice.clone()),
         "{stores:?}"
     );
-    pushed(&mut c, |k| {
-        matches!(k, Kind::Message(m) if m.content == notice).then_some(())
-    })
-    .await;
+    c.pushed(|k| matches!(k, Kind::Message(m) if m.content == notice).then_some(()))
+        .await;
 
     // A flood (30 sends written at once) is cut at the per-user rate of 20/s with a wait;
     // dave has sent nothing yet, so his burst is whole.
@@ -361,14 +345,15 @@ async fn super_group_scenario(stores: Stores) {
     }
     // Online members get coalesced "conversation now at seq N" hints, not the messages.
     loop {
-        let hint = pushed(&mut b2, |k| match k {
-            Kind::Advanced(a) => Some(a),
-            Kind::Message(m) if m.conversation_id == conversation => {
-                panic!("{stores:?}: a super group message was pushed: {m:?}")
-            }
-            _ => None,
-        })
-        .await;
+        let hint = b2
+            .pushed(|k| match k {
+                Kind::Advanced(a) => Some(a),
+                Kind::Message(m) if m.conversation_id == conversation => {
+                    panic!("{stores:?}: a super group message was pushed: {m:?}")
+                }
+                _ => None,
+            })
+            .await;
         assert_eq!(hint.conversation_id, conversation, "{stores:?}");
         if hint.latest_seq == 4 {
             break;

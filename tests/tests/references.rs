@@ -20,13 +20,12 @@ fn text(text: &str) -> Option<Content> {
 
 /// The next pushed message `sender` sent, skipping other events.
 async fn next_message_from(device: &mut Device, sender: i64) -> Message {
-    loop {
-        if let Some(Kind::Message(m)) = device.next_push().await.event.and_then(|e| e.kind)
-            && m.sender_id == sender
-        {
-            return m;
-        }
-    }
+    device
+        .pushed(|kind| match kind {
+            Kind::Message(m) if m.sender_id == sender => Some(m),
+            _ => None,
+        })
+        .await
 }
 
 async fn scenario(stores: Stores) {

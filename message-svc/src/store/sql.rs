@@ -179,6 +179,23 @@ impl SqlMessageStore {
     }
 
     /// [`Self::new`], handing what the writer commits to the outbox relay in memory.
+    /// Applies `change` to one stored message and queues `event`, in one transaction; false
+    /// (nothing written) when no row matched.
+    async fn change_one(
+        &self,
+        change: sea_orm::UpdateMany<messages::Entity>,
+        event: OutboxRow,
+    ) -> Result<bool, StoreError> {
+        let txn = self.db.begin().await?;
+        if change.exec(&txn).await?.rows_affected == 0 {
+            txn.rollback().await?;
+            return Ok(false);
+        }
+        outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
+        txn.commit().await?;
+        Ok(true)
+    }
+
     pub fn handing_off(db: DatabaseConnection, handoff: Handoff) -> Self {
         Self::build(db, Some(handoff))
     }
@@ -353,23 +370,14 @@ impl MessageStore for SqlMessageStore {
         event: OutboxRow,
     ) -> Result<bool, StoreError> {
         use messages::Column as C;
-        let txn = self.db.begin().await?;
-        let done = messages::Entity::update_many()
+        let recall = messages::Entity::update_many()
             .col_expr(C::Body, Expr::value(""))
             .col_expr(C::RecalledBy, Expr::value(by))
             .col_expr(C::RecalledAtMs, Expr::value(at_ms))
             .filter(C::ConversationId.eq(conversation_id))
             .filter(C::Seq.eq(seq))
-            .filter(C::RecalledBy.eq(0))
-            .exec(&txn)
-            .await?;
-        if done.rows_affected == 0 {
-            txn.rollback().await?;
-            return Ok(false);
-        }
-        outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
-        txn.commit().await?;
-        Ok(true)
+            .filter(C::RecalledBy.eq(0));
+        self.change_one(recall, event).await
     }
 
     async fn edit(
@@ -383,8 +391,7 @@ impl MessageStore for SqlMessageStore {
     ) -> Result<bool, StoreError> {
         use messages::Column as C;
         let (kind, body) = encode_content(content);
-        let txn = self.db.begin().await?;
-        let done = messages::Entity::update_many()
+        let edit = messages::Entity::update_many()
             .col_expr(C::Kind, Expr::value(kind))
             .col_expr(C::Body, Expr::value(body))
             .col_expr(C::Version, Expr::value(version))
@@ -392,16 +399,8 @@ impl MessageStore for SqlMessageStore {
             .filter(C::ConversationId.eq(conversation_id))
             .filter(C::Seq.eq(seq))
             .filter(C::RecalledBy.eq(0))
-            .filter(C::Version.eq(version - 1))
-            .exec(&txn)
-            .await?;
-        if done.rows_affected == 0 {
-            txn.rollback().await?;
-            return Ok(false);
-        }
-        outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
-        txn.commit().await?;
-        Ok(true)
+            .filter(C::Version.eq(version - 1));
+        self.change_one(edit, event).await
     }
 
     async fn recalled_among(
@@ -531,22 +530,11 @@ impl MigrationName for AddMentions {
 #[async_trait::async_trait]
 impl MigrationTrait for AddMentions {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        // One column per statement: SQLite alters one thing at a time.
-        for column in [
+        let columns = [
             text_null(Alias::new("mentions")),
             boolean(Alias::new("mention_all")).default(false).to_owned(),
-        ] {
-            let mut column = column;
-            manager
-                .alter_table(
-                    Table::alter()
-                        .table(Alias::new("messages"))
-                        .add_column(&mut column)
-                        .to_owned(),
-                )
-                .await?;
-        }
-        Ok(())
+        ];
+        imesh_kit::sql::add_columns(manager, Alias::new("messages"), columns).await
     }
 }
 
@@ -561,14 +549,8 @@ impl MigrationName for AddReceipts {
 #[async_trait::async_trait]
 impl MigrationTrait for AddReceipts {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(Alias::new("messages"))
-                    .add_column(integer(Alias::new("receipt_bound")).default(0))
-                    .to_owned(),
-            )
-            .await
+        let column = integer(Alias::new("receipt_bound")).default(0).to_owned();
+        imesh_kit::sql::add_columns(manager, Alias::new("messages"), [column]).await
     }
 }
 
@@ -583,24 +565,13 @@ impl MigrationName for AddEdits {
 #[async_trait::async_trait]
 impl MigrationTrait for AddEdits {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        // One column per statement: SQLite alters one thing at a time.
-        for column in [
+        let columns = [
             integer(Alias::new("version")).default(1).to_owned(),
             big_integer(Alias::new("edited_at_ms"))
                 .default(0)
                 .to_owned(),
-        ] {
-            let mut column = column;
-            manager
-                .alter_table(
-                    Table::alter()
-                        .table(Alias::new("messages"))
-                        .add_column(&mut column)
-                        .to_owned(),
-                )
-                .await?;
-        }
-        Ok(())
+        ];
+        imesh_kit::sql::add_columns(manager, Alias::new("messages"), columns).await
     }
 }
 
@@ -615,17 +586,10 @@ impl MigrationName for AddReferences {
 #[async_trait::async_trait]
 impl MigrationTrait for AddReferences {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        // One column per statement: SQLite alters one thing at a time.
-        for name in ["reply", "forwarded"] {
-            manager
-                .alter_table(
-                    Table::alter()
-                        .table(Alias::new("messages"))
-                        .add_column(text_null(Alias::new(name)))
-                        .to_owned(),
-                )
-                .await?;
-        }
-        Ok(())
+        let columns = [
+            text_null(Alias::new("reply")),
+            text_null(Alias::new("forwarded")),
+        ];
+        imesh_kit::sql::add_columns(manager, Alias::new("messages"), columns).await
     }
 }

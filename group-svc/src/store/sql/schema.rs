@@ -169,20 +169,10 @@ impl MigrationName for AddNicknames {
 #[async_trait::async_trait]
 impl MigrationTrait for AddNicknames {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        // One column per statement: SQLite alters one thing at a time.
-        for mut column in [
+        let columns = [
             string_len(n("nickname"), 128).default("").to_owned(),
             big_integer(n("nickname_version")).default(0).to_owned(),
-        ] {
-            manager
-                .alter_table(
-                    Table::alter()
-                        .table(n("im_group_member"))
-                        .add_column(&mut column)
-                        .to_owned(),
-                )
-                .await?;
-        }
-        Ok(())
+        ];
+        imesh_kit::sql::add_columns(manager, n("im_group_member"), columns).await
     }
 }

@@ -563,18 +563,9 @@ impl MigrationName for AddSettings {
 #[async_trait::async_trait]
 impl MigrationTrait for AddSettings {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        // One column per statement: SQLite alters one thing at a time.
-        for column in [ReadStates::Pinned, ReadStates::Muted] {
-            manager
-                .alter_table(
-                    Table::alter()
-                        .table(ReadStates::Table)
-                        .add_column(boolean(column).default(false).to_owned())
-                        .to_owned(),
-                )
-                .await?;
-        }
-        Ok(())
+        let columns = [ReadStates::Pinned, ReadStates::Muted]
+            .map(|column| boolean(column).default(false).to_owned());
+        imesh_kit::sql::add_columns(manager, ReadStates::Table, columns).await
     }
 }
 
@@ -589,13 +580,7 @@ impl MigrationName for AddLastEdit {
 #[async_trait::async_trait]
 impl MigrationTrait for AddLastEdit {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(ConversationStates::Table)
-                    .add_column(blob_null(ConversationStates::LastEdit))
-                    .to_owned(),
-            )
-            .await
+        let column = blob_null(ConversationStates::LastEdit);
+        imesh_kit::sql::add_columns(manager, ConversationStates::Table, [column]).await
     }
 }
