@@ -10,8 +10,8 @@ use imesh_kit::{
 use imesh_protos::{
     group::{GroupType, ListMyGroupsRequest, group_service_client::GroupServiceClient},
     message::{
-        EditRequest, EditResponse, HistoryRequest, HistoryResponse, RecallRequest, RecallResponse,
-        message_service_client::MessageServiceClient,
+        EditRequest, EditResponse, HistoryRequest, HistoryResponse, ListPinsRequest, PinRequest,
+        PinsResponse, RecallRequest, RecallResponse, message_service_client::MessageServiceClient,
     },
     notify::{
         Device, OfflineRequest, OnlineRequest, QueryPresenceRequest, QueryPresenceResponse,
@@ -146,6 +146,20 @@ impl Backends {
     pub async fn edit(&self, user: i64, request: EditRequest) -> Result<EditResponse, Status> {
         let request = self.caller.request(Actor::User(user), request);
         Ok(self.message.clone().edit(request).await?.into_inner())
+    }
+
+    pub async fn pin(&self, user: i64, request: PinRequest) -> Result<PinsResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self.message.clone().pin(request).await?.into_inner())
+    }
+
+    pub async fn list_pins(
+        &self,
+        user: i64,
+        request: ListPinsRequest,
+    ) -> Result<PinsResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self.message.clone().list_pins(request).await?.into_inner())
     }
 
     pub async fn mark_read(

@@ -79,6 +79,8 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
         Some(In::History(_)) => "gateway/history",
         Some(In::Recall(_)) => "gateway/recall",
         Some(In::Edit(_)) => "gateway/edit",
+        Some(In::Pin(_)) => "gateway/pin",
+        Some(In::ListPins(_)) => "gateway/list_pins",
         Some(In::MarkRead(_)) => "gateway/mark_read",
         Some(In::Conversations(_)) => "gateway/conversations",
         Some(In::UpdateConversation(_)) => "gateway/update_conversation",
@@ -191,6 +193,16 @@ impl Session {
                 .edit(self.user(), request)
                 .await
                 .map(Body::Edit),
+            Some(In::Pin(request)) => self
+                .backends
+                .pin(self.user(), request)
+                .await
+                .map(Body::Pins),
+            Some(In::ListPins(request)) => self
+                .backends
+                .list_pins(self.user(), request)
+                .await
+                .map(Body::Pins),
             Some(In::MarkRead(request)) => self
                 .backends
                 .mark_read(self.user(), request)

@@ -164,6 +164,42 @@ impl MessageService for MessageApi {
         }))
     }
 
+    async fn pin(
+        &self,
+        request: Request<pb::PinRequest>,
+    ) -> Result<Response<pb::PinsResponse>, Status> {
+        let by = sender(&request)?;
+        let pb::PinRequest {
+            conversation_id,
+            seq,
+            unpin,
+        } = request.into_inner();
+        let pins = self
+            .messages
+            .pin(by, &conversation_id, seq, unpin)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::PinsResponse {
+            pins: pins.iter().map(crate::events::pinned_to_proto).collect(),
+        }))
+    }
+
+    async fn list_pins(
+        &self,
+        request: Request<pb::ListPinsRequest>,
+    ) -> Result<Response<pb::PinsResponse>, Status> {
+        let by = sender(&request)?;
+        let pb::ListPinsRequest { conversation_id } = request.into_inner();
+        let pins = self
+            .messages
+            .pins(by, &conversation_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::PinsResponse {
+            pins: pins.iter().map(crate::events::pinned_to_proto).collect(),
+        }))
+    }
+
     async fn conversation_seq(
         &self,
         request: Request<pb::ConversationSeqRequest>,
@@ -285,7 +321,8 @@ fn status(err: Error) -> Status {
         }
         Error::NoMessage => Status::not_found(err.to_string()),
         Error::NotSender => Status::permission_denied(err.to_string()),
-        Error::EditRefused(_) => Status::failed_precondition(err.to_string()),
+        Error::EditRefused(_) | Error::PinsFull => Status::failed_precondition(err.to_string()),
+        Error::PinRefused(_) => Status::permission_denied(err.to_string()),
         Error::Refused(_) | Error::NoticeForbidden => Status::permission_denied(err.to_string()),
         Error::RateLimited(_) | Error::Overloaded(_) => {
             let wait = retry_after_ms(&err).unwrap_or(0);

@@ -3,7 +3,9 @@
 use imesh_protos::{message as pb, sync as sync_pb};
 use prost::Message as _;
 
-use crate::domain::{Audience, Content, Media, MediaKind, Message, Notice};
+use crate::domain::{
+    Audience, Content, Media, MediaKind, Message, Notice, PinChange, PinnedMessage,
+};
 
 /// The recipients and read-fanout group of a Fanout for `audience`.
 fn addressed(audience: &Audience) -> (Vec<i64>, i64) {
@@ -201,4 +203,39 @@ pub fn encode_edit(message: &Message, audience: &Audience) -> Vec<u8> {
         }),
     }
     .encode_to_vec()
+}
+
+/// The outbox payload telling `audience` that a message was pinned or unpinned.
+pub fn encode_pin(change: &PinChange, audience: &Audience) -> Vec<u8> {
+    let (recipient_ids, read_fanout_group_id) = addressed(audience);
+    let pin = change.pin;
+    let changed = pb::PinChanged {
+        conversation_id: change.conversation_id.clone(),
+        seq: pin.seq,
+        pinned: change.pinned,
+        by: pin.pinned_by,
+        at_ms: pin.pinned_at_ms,
+    };
+    sync_pb::Fanout {
+        event_id: format!(
+            "p:{}:{}:{}:{}",
+            change.conversation_id, pin.seq, pin.pinned_at_ms, change.pinned
+        ),
+        recipient_ids,
+        read_fanout_group_id,
+        receipt_map_bound: 0,
+        event: Some(sync_pb::SyncEvent {
+            kind: Some(sync_pb::sync_event::Kind::Pin(changed)),
+        }),
+    }
+    .encode_to_vec()
+}
+
+pub fn pinned_to_proto(pinned: &PinnedMessage) -> pb::Pinned {
+    pb::Pinned {
+        seq: pinned.pin.seq,
+        pinned_by: pinned.pin.pinned_by,
+        pinned_at_ms: pinned.pin.pinned_at_ms,
+        message: Some(message_to_proto(&pinned.message)),
+    }
 }

@@ -178,6 +178,7 @@ impl Service {
                     message: events::encode_fanout,
                     recall: events::encode_recall,
                     edit: events::encode_edit,
+                    pin: events::encode_pin,
                 },
                 relay: relay.waker(),
                 backlog: relay.backlog(),

@@ -5,7 +5,7 @@ use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     group::{
         CheckSendRequest, GetGroupRequest, GetMembersRequest, Group, GroupStatus, GroupType,
-        MemberIdsRequest, MemberStatus, MembershipRequest, Permission,
+        MemberIdsRequest, MemberStatus, MembershipRequest,
         group_service_client::GroupServiceClient,
     },
     relation::{
@@ -243,7 +243,7 @@ impl GroupGate for GroupServiceGate {
             .collect())
     }
 
-    async fn may_recall_others(&self, group: i64, user: i64) -> anyhow::Result<bool> {
+    async fn holds(&self, group: i64, user: i64, permission: u32) -> anyhow::Result<bool> {
         let request = MembershipRequest {
             group_id: group,
             user_id: user,
@@ -257,7 +257,7 @@ impl GroupGate for GroupServiceGate {
             Ok(reply) => {
                 let member = reply.into_inner();
                 Ok(member.status() == MemberStatus::Normal
-                    && member.permissions & Permission::RecallOther as u32 != 0)
+                    && member.permissions & permission == permission)
             }
             Err(status) if matches!(status.code(), Code::NotFound | Code::PermissionDenied) => {
                 Ok(false)

@@ -517,5 +517,6 @@ fn body_field(body: &Body) -> u16 {
         Body::Relation(_) => 18,
         Body::Group(_) => 19,
         Body::Edit(_) => 20,
+        Body::Pins(_) => 21,
     }
 }

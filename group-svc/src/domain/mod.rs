@@ -24,9 +24,18 @@ pub mod perm {
     pub const SET_ADMIN: u32 = 32;
     pub const EDIT_INFO: u32 = 64;
     pub const AT_ALL: u32 = 128;
+    pub const PIN: u32 = 256;
     pub const DISMISS: u32 = 1024;
-    pub const ALL: u32 =
-        SEND_MSG | RECALL_OTHER | KICK | INVITE | MUTE | SET_ADMIN | EDIT_INFO | AT_ALL | DISMISS;
+    pub const ALL: u32 = SEND_MSG
+        | RECALL_OTHER
+        | KICK
+        | INVITE
+        | MUTE
+        | SET_ADMIN
+        | EDIT_INFO
+        | AT_ALL
+        | PIN
+        | DISMISS;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -42,7 +51,9 @@ impl Role {
         use perm::*;
         match self {
             Role::Member => SEND_MSG | INVITE,
-            Role::Admin => SEND_MSG | INVITE | RECALL_OTHER | KICK | MUTE | EDIT_INFO | AT_ALL,
+            Role::Admin => {
+                SEND_MSG | INVITE | RECALL_OTHER | KICK | MUTE | EDIT_INFO | AT_ALL | PIN
+            }
             Role::Owner => ALL,
         }
     }

@@ -20,8 +20,8 @@ pub use rate::{RateLimited, RateLimits};
 pub use read::HistoryPage;
 pub use send::{MAX_SEND_BATCH, NoticeCommand, NoticeOutcome, NoticeTarget, SendCommand};
 pub use types::{
-    Conversation, ConversationId, Forwarded, Mentions, Message, Reply, Sender, Sent, Target,
-    direct_conversation,
+    Conversation, ConversationId, Forwarded, Mentions, Message, Pin, PinChange, PinOutcome,
+    PinnedMessage, Reply, Sender, Sent, Target, direct_conversation,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +42,10 @@ pub enum Error {
     NotSender,
     #[error("seq: {0}")]
     EditRefused(&'static str),
+    #[error("conversation_id: {0}")]
+    PinRefused(&'static str),
+    #[error("seq: the conversation has {MAX_PINS} pins already; unpin one first")]
+    PinsFull,
     #[error("content.notice: only internal callers (the system actor) send notices")]
     NoticeForbidden,
     #[error(transparent)]
@@ -150,8 +154,8 @@ pub trait GroupGate: Send + Sync + 'static {
         asker: Sender,
         users: &[i64],
     ) -> anyhow::Result<Vec<i64>>;
-    /// Whether `user` is a current member holding RECALL_OTHER.
-    async fn may_recall_others(&self, group: i64, user: i64) -> anyhow::Result<bool>;
+    /// Whether `user` is a current member holding every bit of `permission`.
+    async fn holds(&self, group: i64, user: i64, permission: u32) -> anyhow::Result<bool>;
     /// The seqs of the group's conversation `user` may read: after their join seq and, once
     /// they left, up to their leave seq. `None` when they never were a member.
     async fn visibility(&self, group: i64, user: i64)
@@ -170,6 +174,12 @@ pub const MAX_HISTORY_PAGE: u32 = 100;
 pub const MAX_MENTIONS: usize = 100;
 /// The permission bit @all needs (group-svc's AT_ALL).
 pub const AT_ALL: u32 = 128;
+/// The permission bit recalling others' messages needs (group-svc's RECALL_OTHER).
+pub const RECALL_OTHER: u32 = 2;
+/// The permission bit pinning needs (group-svc's PIN).
+pub const PIN: u32 = 256;
+/// Most messages one conversation keeps pinned.
+pub const MAX_PINS: usize = 50;
 
 /// Who may start a direct conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -185,12 +195,13 @@ pub enum DirectPolicy {
 /// Turns a stored message and its audience into the outbox payload sync-svc receives.
 pub type EncodeEvent = fn(&Message, &Audience) -> Vec<u8>;
 
-/// The outbox payloads message-svc writes: a new message, a recall, an edit.
+/// The outbox payloads message-svc writes: a new message, a recall, an edit, a pin.
 #[derive(Clone, Copy)]
 pub struct Encoders {
     pub message: EncodeEvent,
     pub recall: EncodeEvent,
     pub edit: EncodeEvent,
+    pub pin: fn(&PinChange, &Audience) -> Vec<u8>,
 }
 
 pub struct Limits {

@@ -3,8 +3,8 @@
 use imesh_kit::outbox::OutboxRow;
 
 use super::{
-    Audience, Content, Conversation, Error, Forwarded, MAX_HISTORY_PAGE, Message, Messages, Reply,
-    Sender, invalid,
+    Audience, Content, Conversation, Error, Forwarded, MAX_HISTORY_PAGE, MAX_PINS, Message,
+    Messages, PIN, Pin, PinChange, PinOutcome, PinnedMessage, Reply, Sender, invalid,
 };
 
 /// Which page of a conversation's history.
@@ -123,6 +123,96 @@ impl Messages {
         Ok(edited)
     }
 
+    /// Pins message `seq` for every member, or unpins it, as `by`: either member of a direct
+    /// conversation, members holding PIN in a group, the owner of a notice conversation, the
+    /// system actor anywhere. Idempotent. The conversation's pins, as `by` reads them.
+    pub async fn pin(
+        &self,
+        by: Sender,
+        conversation_id: &str,
+        seq: i64,
+        unpin: bool,
+    ) -> Result<Vec<PinnedMessage>, Error> {
+        let conversation = Conversation::parse(conversation_id)?;
+        self.visible_message(by, conversation, conversation_id, seq)
+            .await?;
+        if let (Sender::User(user), Conversation::Group(g)) = (by, conversation)
+            && !self
+                .peers
+                .groups
+                .holds(g, user, PIN)
+                .await
+                .map_err(Error::Directory)?
+        {
+            return Err(Error::PinRefused(
+                "only members holding PIN (admins, the owner) pin in a group",
+            ));
+        }
+        let change = PinChange {
+            conversation_id: conversation_id.to_owned(),
+            pin: Pin {
+                seq,
+                pinned_by: by.id(),
+                pinned_at_ms: imesh_kit::ids::unix_ms(),
+            },
+            pinned: !unpin,
+        };
+        let event = OutboxRow {
+            id: self.ids.next_id()?,
+            payload: (self.encode.pin)(&change, &self.audience_now(conversation).await?),
+        };
+        let changed = if unpin {
+            self.store.unpin(conversation_id, seq, event).await?
+        } else {
+            match self
+                .store
+                .pin(conversation_id, change.pin, MAX_PINS, event)
+                .await?
+            {
+                PinOutcome::Pinned => true,
+                PinOutcome::AlreadyPinned => false,
+                PinOutcome::Full => return Err(Error::PinsFull),
+            }
+        };
+        if changed {
+            self.relay.notify_one();
+        }
+        self.pins(by, conversation_id).await
+    }
+
+    /// A conversation's pins `reader` may read, newest first, with their messages.
+    pub async fn pins(
+        &self,
+        reader: Sender,
+        conversation_id: &str,
+    ) -> Result<Vec<PinnedMessage>, Error> {
+        let (after, until) = self
+            .visible(reader, Conversation::parse(conversation_id)?)
+            .await?;
+        let pins: Vec<Pin> = self
+            .store
+            .pins(conversation_id)
+            .await?
+            .into_iter()
+            .filter(|p| p.seq > after && until.is_none_or(|u| p.seq <= u))
+            .collect();
+        let seqs: Vec<i64> = pins.iter().map(|p| p.seq).collect();
+        let mut messages: std::collections::HashMap<i64, Message> = self
+            .store
+            .messages_at(conversation_id, &seqs)
+            .await?
+            .into_iter()
+            .map(|m| (m.seq, m))
+            .collect();
+        Ok(pins
+            .into_iter()
+            .filter_map(|pin| {
+                let message = messages.remove(&pin.seq)?;
+                Some(PinnedMessage { pin, message })
+            })
+            .collect())
+    }
+
     /// What a reply to message `seq` of `conversation_id` quotes, if `sender` may read it.
     pub(super) async fn quoted(
         &self,
@@ -230,7 +320,7 @@ impl Messages {
             Conversation::Group(g) => self
                 .peers
                 .groups
-                .may_recall_others(g, user)
+                .holds(g, user, super::RECALL_OTHER)
                 .await
                 .map_err(Error::Directory)?,
             Conversation::Direct(..) | Conversation::Notices(_) => false,

@@ -98,9 +98,9 @@ impl GroupGate for Groups {
             .collect())
     }
 
-    /// User 2 moderates group 7.
-    async fn may_recall_others(&self, group: i64, user: i64) -> anyhow::Result<bool> {
-        Ok((group, user) == (7, 2))
+    /// User 2 moderates group 7: RECALL_OTHER and PIN.
+    async fn holds(&self, group: i64, user: i64, permission: u32) -> anyhow::Result<bool> {
+        Ok((group, user) == (7, 2) && permission & !(RECALL_OTHER | PIN) == 0)
     }
 
     async fn visibility(
@@ -161,6 +161,7 @@ async fn build_behind(
                 message: crate::events::encode_fanout,
                 recall: crate::events::encode_recall,
                 edit: crate::events::encode_edit,
+                pin: crate::events::encode_pin,
             },
             relay: Arc::new(Notify::new()),
             backlog,
@@ -774,4 +775,57 @@ async fn a_forward_copies_a_readable_message_with_its_first_origin() {
         ),
         "{both:?}"
     );
+}
+
+#[tokio::test]
+async fn pins_are_for_direct_members_and_group_holders_of_pin_and_read_as_visible() {
+    let (messages, outbox) = messages().await;
+    let direct = messages
+        .send(u(1), text("p1", 2, "the plan"))
+        .await
+        .unwrap();
+    let pins = messages
+        .pin(u(2), &direct.conversation_id, direct.seq, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        pins.iter()
+            .map(|p| (p.pin.seq, p.pin.pinned_by, p.message.content.clone()))
+            .collect::<Vec<_>>(),
+        vec![(direct.seq, 2, Content::Text("the plan".into()))]
+    );
+    let rows = outbox.pending(10).await.unwrap();
+    let fanout = imesh_protos::sync::Fanout::decode(rows[1].payload.as_slice()).unwrap();
+    assert_eq!(fanout.recipient_ids, vec![1, 2]);
+    assert!(matches!(
+        fanout.event.and_then(|e| e.kind),
+        Some(imesh_protos::sync::sync_event::Kind::Pin(p)) if p.pinned && p.by == 2
+    ));
+
+    let to_group = |id: &str| SendCommand {
+        client_msg_id: id.into(),
+        to: Some(Target::Group(7)),
+        content: Some(Content::Text("hi".into())),
+        ..SendCommand::default()
+    };
+    let first = messages.send(u(1), to_group("g1")).await.unwrap();
+    let second = messages.send(u(2), to_group("g2")).await.unwrap();
+    let plain = messages
+        .pin(u(1), "g:7", first.seq, false)
+        .await
+        .unwrap_err();
+    assert!(matches!(plain, Error::PinRefused(_)), "{plain:?}");
+    let before_joining = messages
+        .pin(u(2), "g:7", first.seq, false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(before_joining, Error::NoMessage),
+        "{before_joining:?}"
+    );
+    messages.pin(u(2), "g:7", second.seq, false).await.unwrap();
+    let seen_by_leaver = messages.pins(u(3), "g:7").await.unwrap();
+    assert_eq!(seen_by_leaver.len(), 1, "user 3 reads up to seq 2");
+    let after = messages.pin(u(2), "g:7", second.seq, true).await.unwrap();
+    assert!(after.is_empty(), "unpinned");
 }

@@ -110,6 +110,38 @@ pub struct Message {
     pub forwarded: Option<Forwarded>,
 }
 
+/// A pinned message of a conversation: who pinned it, when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pin {
+    pub seq: i64,
+    pub pinned_by: i64,
+    pub pinned_at_ms: i64,
+}
+
+/// A pin as a member reads it: the pin and its message as it reads now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedMessage {
+    pub pin: Pin,
+    pub message: Message,
+}
+
+/// A message pinned or unpinned, as members' devices are told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinChange {
+    pub conversation_id: ConversationId,
+    pub pin: Pin,
+    pub pinned: bool,
+}
+
+/// What a pin came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinOutcome {
+    Pinned,
+    AlreadyPinned,
+    /// The conversation holds the most pins it may.
+    Full,
+}
+
 /// What a reply quotes: an earlier message of its conversation, as it was when quoted.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Reply {

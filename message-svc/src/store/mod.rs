@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use imesh_kit::{error::StoreError, outbox::OutboxRow};
 
-use crate::domain::{Content, Message, Sent};
+use crate::domain::{Content, Message, Pin, PinOutcome, Sent};
 
 mod commits;
 pub mod sql;
@@ -75,6 +75,31 @@ pub trait MessageStore: Send + Sync + 'static {
         at_ms: i64,
         event: OutboxRow,
     ) -> Result<bool, StoreError>;
+    /// In one transaction: pins `pin.seq` and queues `event`, unless it is pinned already
+    /// or the conversation holds `max` pins (then nothing is written).
+    async fn pin(
+        &self,
+        conversation_id: &str,
+        pin: Pin,
+        max: usize,
+        event: OutboxRow,
+    ) -> Result<PinOutcome, StoreError>;
+    /// In one transaction: unpins `seq` and queues `event`; false (nothing written) when it
+    /// was not pinned.
+    async fn unpin(
+        &self,
+        conversation_id: &str,
+        seq: i64,
+        event: OutboxRow,
+    ) -> Result<bool, StoreError>;
+    /// A conversation's pins, newest first.
+    async fn pins(&self, conversation_id: &str) -> Result<Vec<Pin>, StoreError>;
+    /// The stored messages among `seqs` of a conversation, in seq order.
+    async fn messages_at(
+        &self,
+        conversation_id: &str,
+        seqs: &[i64],
+    ) -> Result<Vec<Message>, StoreError>;
     /// Which of `seqs` of a conversation are recalled.
     async fn recalled_among(
         &self,

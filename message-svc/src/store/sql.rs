@@ -15,7 +15,7 @@ use super::{
     MessageStore, OUTBOX_TABLE,
     commits::{Append, GroupCommit},
 };
-use crate::domain::{Content, MediaKind, Mentions, Message, Sent};
+use crate::domain::{Content, MediaKind, Mentions, Message, Pin, PinOutcome, Sent};
 
 #[allow(unreachable_pub)]
 mod messages {
@@ -138,6 +138,40 @@ fn decode_json<T: serde::de::DeserializeOwned>(
         .map(|body| serde_json::from_str(&body))
         .transpose()
         .map_err(|e| StoreError::Unavailable(anyhow::anyhow!("message {msg_id}: {e}")))
+}
+
+#[derive(Iden)]
+enum Pins {
+    Table,
+    ConversationId,
+    Seq,
+    PinnedBy,
+    PinnedAtMs,
+}
+
+/// A conversation's pins, newest first.
+async fn pins_of(
+    conn: &impl ConnectionTrait,
+    conversation_id: &str,
+) -> Result<Vec<Pin>, StoreError> {
+    let select = Query::select()
+        .columns([Pins::Seq, Pins::PinnedBy, Pins::PinnedAtMs])
+        .from(Pins::Table)
+        .and_where(Expr::col(Pins::ConversationId).eq(conversation_id))
+        .order_by(Pins::PinnedAtMs, Order::Desc)
+        .order_by(Pins::Seq, Order::Desc)
+        .to_owned();
+    let rows = conn.query_all(&select).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Pin {
+                seq: r.try_get("", "seq")?,
+                pinned_by: r.try_get("", "pinned_by")?,
+                pinned_at_ms: r.try_get("", "pinned_at_ms")?,
+            })
+        })
+        .collect::<Result<_, sea_orm::DbErr>>()
+        .map_err(Into::into)
 }
 
 fn to_message(m: messages::Model) -> Result<Message, StoreError> {
@@ -403,6 +437,90 @@ impl MessageStore for SqlMessageStore {
         self.change_one(edit, event).await
     }
 
+    async fn pin(
+        &self,
+        conversation_id: &str,
+        pin: Pin,
+        max: usize,
+        event: OutboxRow,
+    ) -> Result<PinOutcome, StoreError> {
+        let txn = self.db.begin().await?;
+        let held = pins_of(&txn, conversation_id).await?;
+        let outcome = if held.iter().any(|p| p.seq == pin.seq) {
+            PinOutcome::AlreadyPinned
+        } else if held.len() >= max {
+            PinOutcome::Full
+        } else {
+            let insert = Query::insert()
+                .into_table(Pins::Table)
+                .columns([
+                    Pins::ConversationId,
+                    Pins::Seq,
+                    Pins::PinnedBy,
+                    Pins::PinnedAtMs,
+                ])
+                .values_panic([
+                    conversation_id.into(),
+                    pin.seq.into(),
+                    pin.pinned_by.into(),
+                    pin.pinned_at_ms.into(),
+                ])
+                .to_owned();
+            match txn.execute(&insert).await.map_err(StoreError::from) {
+                Ok(_) => PinOutcome::Pinned,
+                // A concurrent pin of the same message won.
+                Err(StoreError::Conflict(_)) => PinOutcome::AlreadyPinned,
+                Err(e) => return Err(e),
+            }
+        };
+        if outcome != PinOutcome::Pinned {
+            txn.rollback().await?;
+            return Ok(outcome);
+        }
+        outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
+        txn.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn unpin(
+        &self,
+        conversation_id: &str,
+        seq: i64,
+        event: OutboxRow,
+    ) -> Result<bool, StoreError> {
+        let txn = self.db.begin().await?;
+        let delete = Query::delete()
+            .from_table(Pins::Table)
+            .and_where(Expr::col(Pins::ConversationId).eq(conversation_id))
+            .and_where(Expr::col(Pins::Seq).eq(seq))
+            .to_owned();
+        if txn.execute(&delete).await?.rows_affected() == 0 {
+            txn.rollback().await?;
+            return Ok(false);
+        }
+        outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
+        txn.commit().await?;
+        Ok(true)
+    }
+
+    async fn pins(&self, conversation_id: &str) -> Result<Vec<Pin>, StoreError> {
+        pins_of(&self.db, conversation_id).await
+    }
+
+    async fn messages_at(
+        &self,
+        conversation_id: &str,
+        seqs: &[i64],
+    ) -> Result<Vec<Message>, StoreError> {
+        let rows = messages::Entity::find()
+            .filter(messages::Column::ConversationId.eq(conversation_id))
+            .filter(messages::Column::Seq.is_in(seqs.iter().copied()))
+            .order_by(messages::Column::Seq, sea_orm::Order::Asc)
+            .all(&self.db)
+            .await?;
+        rows.into_iter().map(to_message).collect()
+    }
+
     async fn recalled_among(
         &self,
         conversation_id: &str,
@@ -453,6 +571,7 @@ impl MigratorTrait for Migrator {
             Box::new(imesh_kit::ids::lease::Migration),
             Box::new(AddEdits),
             Box::new(AddReferences),
+            Box::new(CreatePins),
         ]
     }
 
@@ -591,5 +710,32 @@ impl MigrationTrait for AddReferences {
             text_null(Alias::new("forwarded")),
         ];
         imesh_kit::sql::add_columns(manager, Alias::new("messages"), columns).await
+    }
+}
+
+struct CreatePins;
+
+impl MigrationName for CreatePins {
+    fn name(&self) -> &str {
+        "m20261205_000008_message_pins"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CreatePins {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table(Pins::Table)
+                    .if_not_exists()
+                    .col(string_len(Pins::ConversationId, 64))
+                    .col(big_integer(Pins::Seq))
+                    .col(big_integer(Pins::PinnedBy))
+                    .col(big_integer(Pins::PinnedAtMs))
+                    .primary_key(Index::create().col(Pins::ConversationId).col(Pins::Seq))
+                    .to_owned(),
+            )
+            .await
     }
 }

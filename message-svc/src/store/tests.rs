@@ -3,7 +3,9 @@
 use imesh_kit::{outbox::SqlOutbox, testing};
 
 use super::{sql::SqlMessageStore, *};
-use crate::domain::{Content, Forwarded, Media, MediaKind, Mentions, Notice, Reply};
+use crate::domain::{
+    Content, Forwarded, Media, MediaKind, Mentions, Notice, Pin, PinOutcome, Reply,
+};
 
 async fn stores() -> Vec<(testing::Backend, SqlMessageStore, SqlOutbox)> {
     let mut out = Vec::new();
@@ -351,5 +353,67 @@ async fn a_reply_and_a_forward_origin_are_stored_and_recalls_among_seqs_are_foun
         store.recall("d:1:2", 1, 1, 5, event(32)).await.unwrap();
         let recalled = store.recalled_among("d:1:2", &[1, 2, 3]).await.unwrap();
         assert_eq!(recalled, [1].into(), "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn pins_are_kept_once_each_up_to_the_bound_newest_first() {
+    for (backend, store, outbox) in stores().await {
+        for seq in 1..=3 {
+            store
+                .append(&message(40 + seq, seq, &format!("p{seq}")), event(40 + seq))
+                .await
+                .unwrap();
+        }
+        let pin = |seq, at| Pin {
+            seq,
+            pinned_by: 2,
+            pinned_at_ms: at,
+        };
+        let pinned = store.pin("d:1:2", pin(1, 100), 2, event(50)).await.unwrap();
+        let again = store.pin("d:1:2", pin(1, 101), 2, event(51)).await.unwrap();
+        let second = store.pin("d:1:2", pin(2, 102), 2, event(52)).await.unwrap();
+        let third = store.pin("d:1:2", pin(3, 103), 2, event(53)).await.unwrap();
+        assert_eq!(
+            (pinned, again, second, third),
+            (
+                PinOutcome::Pinned,
+                PinOutcome::AlreadyPinned,
+                PinOutcome::Pinned,
+                PinOutcome::Full
+            ),
+            "{backend:?}"
+        );
+        assert_eq!(
+            store.pins("d:1:2").await.unwrap(),
+            vec![pin(2, 102), pin(1, 100)],
+            "{backend:?}: newest first"
+        );
+        assert!(
+            store.unpin("d:1:2", 1, event(54)).await.unwrap(),
+            "{backend:?}"
+        );
+        assert!(
+            !store.unpin("d:1:2", 1, event(55)).await.unwrap(),
+            "{backend:?}"
+        );
+        let queued: Vec<i64> = outbox
+            .pending(20)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(
+            queued,
+            vec![41, 42, 43, 50, 52, 54],
+            "{backend:?}: one event per change"
+        );
+        let at = store.messages_at("d:1:2", &[3, 1, 9]).await.unwrap();
+        assert_eq!(
+            at.iter().map(|m| m.seq).collect::<Vec<_>>(),
+            vec![1, 3],
+            "{backend:?}"
+        );
     }
 }
