@@ -10,8 +10,9 @@ use imesh_kit::{
 use imesh_protos::{
     group::{GroupType, ListMyGroupsRequest, group_service_client::GroupServiceClient},
     message::{
-        EditRequest, EditResponse, HistoryRequest, HistoryResponse, ListPinsRequest, PinRequest,
-        PinsResponse, RecallRequest, RecallResponse, message_service_client::MessageServiceClient,
+        ClearHistoryRequest, DeleteForMeRequest, EditRequest, EditResponse, HiddenForMe,
+        HistoryRequest, HistoryResponse, ListPinsRequest, PinRequest, PinsResponse, RecallRequest,
+        RecallResponse, message_service_client::MessageServiceClient,
     },
     notify::{
         Device, OfflineRequest, OnlineRequest, QueryPresenceRequest, QueryPresenceResponse,
@@ -160,6 +161,34 @@ impl Backends {
     ) -> Result<PinsResponse, Status> {
         let request = self.caller.request(Actor::User(user), request);
         Ok(self.message.clone().list_pins(request).await?.into_inner())
+    }
+
+    pub async fn delete_for_me(
+        &self,
+        user: i64,
+        request: DeleteForMeRequest,
+    ) -> Result<HiddenForMe, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .message
+            .clone()
+            .delete_for_me(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn clear_history(
+        &self,
+        user: i64,
+        request: ClearHistoryRequest,
+    ) -> Result<HiddenForMe, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .message
+            .clone()
+            .clear_history(request)
+            .await?
+            .into_inner())
     }
 
     pub async fn mark_read(

@@ -81,6 +81,8 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
         Some(In::Edit(_)) => "gateway/edit",
         Some(In::Pin(_)) => "gateway/pin",
         Some(In::ListPins(_)) => "gateway/list_pins",
+        Some(In::DeleteForMe(_)) => "gateway/delete_for_me",
+        Some(In::ClearHistory(_)) => "gateway/clear_history",
         Some(In::MarkRead(_)) => "gateway/mark_read",
         Some(In::Conversations(_)) => "gateway/conversations",
         Some(In::UpdateConversation(_)) => "gateway/update_conversation",
@@ -203,6 +205,16 @@ impl Session {
                 .list_pins(self.user(), request)
                 .await
                 .map(Body::Pins),
+            Some(In::DeleteForMe(request)) => self
+                .backends
+                .delete_for_me(self.user(), request)
+                .await
+                .map(Body::Hidden),
+            Some(In::ClearHistory(request)) => self
+                .backends
+                .clear_history(self.user(), request)
+                .await
+                .map(Body::Hidden),
             Some(In::MarkRead(request)) => self
                 .backends
                 .mark_read(self.user(), request)

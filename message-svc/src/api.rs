@@ -200,6 +200,37 @@ impl MessageService for MessageApi {
         }))
     }
 
+    async fn delete_for_me(
+        &self,
+        request: Request<pb::DeleteForMeRequest>,
+    ) -> Result<Response<pb::HiddenForMe>, Status> {
+        let by = sender(&request)?;
+        let pb::DeleteForMeRequest {
+            conversation_id,
+            seqs,
+        } = request.into_inner();
+        let hidden = self
+            .messages
+            .delete_for_me(by, &conversation_id, seqs)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(crate::events::hidden_to_proto(&hidden)))
+    }
+
+    async fn clear_history(
+        &self,
+        request: Request<pb::ClearHistoryRequest>,
+    ) -> Result<Response<pb::HiddenForMe>, Status> {
+        let by = sender(&request)?;
+        let pb::ClearHistoryRequest { conversation_id } = request.into_inner();
+        let hidden = self
+            .messages
+            .clear_history(by, &conversation_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(crate::events::hidden_to_proto(&hidden)))
+    }
+
     async fn conversation_seq(
         &self,
         request: Request<pb::ConversationSeqRequest>,

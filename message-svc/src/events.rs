@@ -4,7 +4,7 @@ use imesh_protos::{message as pb, sync as sync_pb};
 use prost::Message as _;
 
 use crate::domain::{
-    Audience, Content, Media, MediaKind, Message, Notice, PinChange, PinnedMessage,
+    Audience, Content, Hidden, Media, MediaKind, Message, Notice, PinChange, PinnedMessage,
 };
 
 /// The recipients and read-fanout group of a Fanout for `audience`.
@@ -237,5 +237,32 @@ pub fn pinned_to_proto(pinned: &PinnedMessage) -> pb::Pinned {
         pinned_by: pinned.pin.pinned_by,
         pinned_at_ms: pinned.pin.pinned_at_ms,
         message: Some(message_to_proto(&pinned.message)),
+    }
+}
+
+/// The outbox payload telling `hidden.user`'s devices what they hid from their view.
+pub fn encode_hidden(hidden: &Hidden) -> Vec<u8> {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let seqs_hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(&hidden.seqs);
+    sync_pb::Fanout {
+        event_id: format!(
+            "h:{}:{}:{}:{seqs_hash:x}",
+            hidden.user, hidden.conversation_id, hidden.cleared_seq
+        ),
+        recipient_ids: vec![hidden.user],
+        read_fanout_group_id: 0,
+        receipt_map_bound: 0,
+        event: Some(sync_pb::SyncEvent {
+            kind: Some(sync_pb::sync_event::Kind::Hidden(hidden_to_proto(hidden))),
+        }),
+    }
+    .encode_to_vec()
+}
+
+pub fn hidden_to_proto(hidden: &Hidden) -> pb::HiddenForMe {
+    pb::HiddenForMe {
+        conversation_id: hidden.conversation_id.clone(),
+        seqs: hidden.seqs.clone(),
+        cleared_seq: hidden.cleared_seq,
     }
 }

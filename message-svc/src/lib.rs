@@ -179,6 +179,7 @@ impl Service {
                     recall: events::encode_recall,
                     edit: events::encode_edit,
                     pin: events::encode_pin,
+                    hidden: events::encode_hidden,
                 },
                 relay: relay.waker(),
                 backlog: relay.backlog(),

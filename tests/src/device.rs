@@ -518,5 +518,6 @@ fn body_field(body: &Body) -> u16 {
         Body::Group(_) => 19,
         Body::Edit(_) => 20,
         Body::Pins(_) => 21,
+        Body::Hidden(_) => 22,
     }
 }

@@ -20,7 +20,7 @@ pub use rate::{RateLimited, RateLimits};
 pub use read::HistoryPage;
 pub use send::{MAX_SEND_BATCH, NoticeCommand, NoticeOutcome, NoticeTarget, SendCommand};
 pub use types::{
-    Conversation, ConversationId, Forwarded, Mentions, Message, Pin, PinChange, PinOutcome,
+    Conversation, ConversationId, Forwarded, Hidden, Mentions, Message, Pin, PinChange, PinOutcome,
     PinnedMessage, Reply, Sender, Sent, Target, direct_conversation,
 };
 
@@ -180,6 +180,8 @@ pub const RECALL_OTHER: u32 = 2;
 pub const PIN: u32 = 256;
 /// Most messages one conversation keeps pinned.
 pub const MAX_PINS: usize = 50;
+/// Most messages one DeleteForMe hides.
+pub const MAX_HIDE: usize = 100;
 
 /// Who may start a direct conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -202,6 +204,7 @@ pub struct Encoders {
     pub recall: EncodeEvent,
     pub edit: EncodeEvent,
     pub pin: fn(&PinChange, &Audience) -> Vec<u8>,
+    pub hidden: fn(&Hidden) -> Vec<u8>,
 }
 
 pub struct Limits {

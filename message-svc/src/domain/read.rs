@@ -3,8 +3,9 @@
 use imesh_kit::outbox::OutboxRow;
 
 use super::{
-    Audience, Content, Conversation, Error, Forwarded, MAX_HISTORY_PAGE, MAX_PINS, Message,
-    Messages, PIN, Pin, PinChange, PinOutcome, PinnedMessage, Reply, Sender, invalid,
+    Audience, Content, Conversation, Error, Forwarded, Hidden, MAX_HIDE, MAX_HISTORY_PAGE,
+    MAX_PINS, Message, Messages, PIN, Pin, PinChange, PinOutcome, PinnedMessage, Reply, Sender,
+    invalid,
 };
 
 /// Which page of a conversation's history.
@@ -121,6 +122,69 @@ impl Messages {
         }
         self.relay.notify_one();
         Ok(edited)
+    }
+
+    /// Hides messages `seqs` of a conversation from `by`'s own view (never anyone else's)
+    /// and tells their devices. Seqs they cannot read are left out.
+    pub async fn delete_for_me(
+        &self,
+        by: Sender,
+        conversation_id: &str,
+        mut seqs: Vec<i64>,
+    ) -> Result<Hidden, Error> {
+        if seqs.is_empty() || seqs.len() > MAX_HIDE || seqs.iter().any(|s| *s <= 0) {
+            return Err(invalid("seqs", format!("must hold 1–{MAX_HIDE} seqs")));
+        }
+        let (after, until) = self.own_view(by, conversation_id).await?;
+        seqs.retain(|s| *s > after && until.is_none_or(|u| *s <= u));
+        seqs.sort_unstable();
+        seqs.dedup();
+        self.hide(Hidden {
+            conversation_id: conversation_id.to_owned(),
+            user: by.id(),
+            seqs,
+            cleared_seq: 0,
+        })
+        .await
+    }
+
+    /// Hides everything of a conversation up to its latest message from `by`'s own view.
+    pub async fn clear_history(&self, by: Sender, conversation_id: &str) -> Result<Hidden, Error> {
+        let (_, until) = self.own_view(by, conversation_id).await?;
+        let latest = self.store.max_seq(conversation_id).await?;
+        self.hide(Hidden {
+            conversation_id: conversation_id.to_owned(),
+            user: by.id(),
+            seqs: Vec::new(),
+            cleared_seq: until.map_or(latest, |u| u.min(latest)),
+        })
+        .await
+    }
+
+    /// The range of a conversation a user (only) may hide messages of.
+    async fn own_view(
+        &self,
+        by: Sender,
+        conversation_id: &str,
+    ) -> Result<(i64, Option<i64>), Error> {
+        if by == Sender::System {
+            return Err(invalid(
+                "x-imesh-actor",
+                "only a user hides messages, from their own view",
+            ));
+        }
+        self.visible(by, Conversation::parse(conversation_id)?)
+            .await
+    }
+
+    async fn hide(&self, hidden: Hidden) -> Result<Hidden, Error> {
+        let event = OutboxRow {
+            id: self.ids.next_id()?,
+            payload: (self.encode.hidden)(&hidden),
+        };
+        self.store.hide(&hidden, event).await?;
+        self.relay.notify_one();
+        Ok(hidden)
     }
 
     /// Pins message `seq` for every member, or unpins it, as `by`: either member of a direct
@@ -355,10 +419,23 @@ impl Messages {
             HistoryPage::Before(seq) => (after, until.min(seq - 1), true),
             HistoryPage::After(seq) => (after.max(seq), until, false),
         };
+        // What the reader hid from their own view: a page asks for that many more rows.
+        let (after, hidden) = match reader {
+            Sender::User(user) => {
+                let (cleared, hidden) = self
+                    .store
+                    .hidden_for(user, conversation_id, after, up_to)
+                    .await?;
+                (after.max(cleared), hidden)
+            }
+            Sender::System => (after, Default::default()),
+        };
+        let asked = limit + 1 + hidden.len() as u32;
         let mut page = self
             .store
-            .history(conversation_id, after, up_to, limit + 1, newest_first)
+            .history(conversation_id, after, up_to, asked, newest_first)
             .await?;
+        page.retain(|m| !hidden.contains(&m.seq));
         let more = page.len() > limit as usize;
         page.truncate(limit as usize);
         self.mark_recalled_quotes(conversation_id, &mut page)

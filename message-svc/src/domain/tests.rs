@@ -162,6 +162,7 @@ async fn build_behind(
                 recall: crate::events::encode_recall,
                 edit: crate::events::encode_edit,
                 pin: crate::events::encode_pin,
+                hidden: crate::events::encode_hidden,
             },
             relay: Arc::new(Notify::new()),
             backlog,
@@ -828,4 +829,63 @@ async fn pins_are_for_direct_members_and_group_holders_of_pin_and_read_as_visibl
     assert_eq!(seen_by_leaver.len(), 1, "user 3 reads up to seq 2");
     let after = messages.pin(u(2), "g:7", second.seq, true).await.unwrap();
     assert!(after.is_empty(), "unpinned");
+}
+
+#[tokio::test]
+async fn deleting_for_me_and_clearing_history_change_only_my_view() {
+    let (messages, outbox) = messages().await;
+    for (i, body) in ["one", "two", "three"].iter().enumerate() {
+        messages
+            .send(u(1), text(&format!("h{i}"), 2, body))
+            .await
+            .unwrap();
+    }
+    let seqs = |page: &[Message]| page.iter().map(|m| m.seq).collect::<Vec<_>>();
+    let hidden = messages
+        .delete_for_me(u(1), "d:1:2", vec![2, 2, 99])
+        .await
+        .unwrap();
+    assert_eq!(
+        hidden.seqs,
+        vec![2, 99],
+        "repeats dropped; unknown seqs are harmless"
+    );
+    let (mine, _) = messages
+        .history(u(1), "d:1:2", HistoryPage::Before(0), 10)
+        .await
+        .unwrap();
+    assert_eq!(seqs(&mine), vec![3, 1]);
+    let (theirs, _) = messages
+        .history(u(2), "d:1:2", HistoryPage::Before(0), 10)
+        .await
+        .unwrap();
+    assert_eq!(seqs(&theirs), vec![3, 2, 1], "the peer's view is untouched");
+    let (page, more) = messages
+        .history(u(1), "d:1:2", HistoryPage::Before(0), 1)
+        .await
+        .unwrap();
+    assert_eq!((seqs(&page), more), (vec![3], true));
+
+    let cleared = messages.clear_history(u(1), "d:1:2").await.unwrap();
+    assert_eq!(cleared.cleared_seq, 3);
+    messages.send(u(2), text("h3", 1, "four")).await.unwrap();
+    let (after_clear, _) = messages
+        .history(u(1), "d:1:2", HistoryPage::Before(0), 10)
+        .await
+        .unwrap();
+    assert_eq!(seqs(&after_clear), vec![4], "later messages show as usual");
+
+    let rows = outbox.pending(10).await.unwrap();
+    let fanout = imesh_protos::sync::Fanout::decode(rows[3].payload.as_slice()).unwrap();
+    assert_eq!(fanout.recipient_ids, vec![1], "only my devices hear of it");
+    let empty = messages
+        .delete_for_me(u(1), "d:1:2", Vec::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(empty, Error::Invalid { field: "seqs", .. }),
+        "{empty:?}"
+    );
+    let stranger = messages.clear_history(u(3), "d:1:2").await.unwrap_err();
+    assert!(matches!(stranger, Error::NotParticipant), "{stranger:?}");
 }

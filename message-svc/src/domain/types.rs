@@ -133,6 +133,16 @@ pub struct PinChange {
     pub pinned: bool,
 }
 
+/// Messages hidden from one user's view of a conversation: `seqs`, and everything up to
+/// `cleared_seq` (0: none cleared by this change).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hidden {
+    pub conversation_id: ConversationId,
+    pub user: i64,
+    pub seqs: Vec<i64>,
+    pub cleared_seq: i64,
+}
+
 /// What a pin came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PinOutcome {

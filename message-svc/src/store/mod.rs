@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use imesh_kit::{error::StoreError, outbox::OutboxRow};
 
-use crate::domain::{Content, Message, Pin, PinOutcome, Sent};
+use crate::domain::{Content, Hidden, Message, Pin, PinOutcome, Sent};
 
 mod commits;
 pub mod sql;
@@ -100,6 +100,18 @@ pub trait MessageStore: Send + Sync + 'static {
         conversation_id: &str,
         seqs: &[i64],
     ) -> Result<Vec<Message>, StoreError>;
+    /// In one transaction: hides `hidden.seqs` and everything up to `hidden.cleared_seq`
+    /// (never lowering an earlier clear) from `hidden.user`'s view, and queues `event`.
+    async fn hide(&self, hidden: &Hidden, event: OutboxRow) -> Result<(), StoreError>;
+    /// How far `user` cleared a conversation (0: never), and the seqs among `after < seq
+    /// <= up_to` they hid one by one.
+    async fn hidden_for(
+        &self,
+        user: i64,
+        conversation_id: &str,
+        after: i64,
+        up_to: i64,
+    ) -> Result<(i64, std::collections::HashSet<i64>), StoreError>;
     /// Which of `seqs` of a conversation are recalled.
     async fn recalled_among(
         &self,

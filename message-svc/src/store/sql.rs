@@ -15,7 +15,7 @@ use super::{
     MessageStore, OUTBOX_TABLE,
     commits::{Append, GroupCommit},
 };
-use crate::domain::{Content, MediaKind, Mentions, Message, Pin, PinOutcome, Sent};
+use crate::domain::{Content, Hidden, MediaKind, Mentions, Message, Pin, PinOutcome, Sent};
 
 #[allow(unreachable_pub)]
 mod messages {
@@ -521,6 +521,80 @@ impl MessageStore for SqlMessageStore {
         rows.into_iter().map(to_message).collect()
     }
 
+    async fn hide(&self, hidden: &Hidden, event: OutboxRow) -> Result<(), StoreError> {
+        let backend = self.db.get_database_backend();
+        let user = hidden.user;
+        let conversation = hidden.conversation_id.as_str();
+        let mut statements = Vec::new();
+        if !hidden.seqs.is_empty() {
+            let rows = hidden
+                .seqs
+                .iter()
+                .map(|seq| vec![user.into(), conversation.into(), (*seq).into()])
+                .collect();
+            statements.push(imesh_kit::sql::upsert(
+                backend,
+                "hidden_messages",
+                &["user_id", "conversation_id", "seq"],
+                &["user_id", "conversation_id", "seq"],
+                &[],
+                rows,
+            ));
+        }
+        if hidden.cleared_seq > 0 {
+            statements.push(imesh_kit::sql::upsert_max(
+                backend,
+                "cleared_histories",
+                &["user_id", "conversation_id", "cleared_seq"],
+                &["user_id", "conversation_id"],
+                &["cleared_seq"],
+                vec![vec![
+                    user.into(),
+                    conversation.into(),
+                    hidden.cleared_seq.into(),
+                ]],
+            ));
+        }
+        statements.push(outbox::insert_statement(backend, OUTBOX_TABLE, &[event]));
+        imesh_kit::sql::commit(&self.db, &statements).await?;
+        Ok(())
+    }
+
+    async fn hidden_for(
+        &self,
+        user: i64,
+        conversation_id: &str,
+        after: i64,
+        up_to: i64,
+    ) -> Result<(i64, std::collections::HashSet<i64>), StoreError> {
+        let cleared = Query::select()
+            .column(Alias::new("cleared_seq"))
+            .from(Alias::new("cleared_histories"))
+            .and_where(Expr::col(Alias::new("user_id")).eq(user))
+            .and_where(Expr::col(Alias::new("conversation_id")).eq(conversation_id))
+            .to_owned();
+        let cleared = match self.db.query_one(&cleared).await? {
+            Some(row) => row.try_get::<i64>("", "cleared_seq")?,
+            None => 0,
+        };
+        let hidden = Query::select()
+            .column(Alias::new("seq"))
+            .from(Alias::new("hidden_messages"))
+            .and_where(Expr::col(Alias::new("user_id")).eq(user))
+            .and_where(Expr::col(Alias::new("conversation_id")).eq(conversation_id))
+            .and_where(Expr::col(Alias::new("seq")).gt(after))
+            .and_where(Expr::col(Alias::new("seq")).lte(up_to))
+            .to_owned();
+        let seqs = self
+            .db
+            .query_all(&hidden)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<i64>("", "seq"))
+            .collect::<Result<_, _>>()?;
+        Ok((cleared, seqs))
+    }
+
     async fn recalled_among(
         &self,
         conversation_id: &str,
@@ -572,6 +646,7 @@ impl MigratorTrait for Migrator {
             Box::new(AddEdits),
             Box::new(AddReferences),
             Box::new(CreatePins),
+            Box::new(CreateHidden),
         ]
     }
 
@@ -734,6 +809,50 @@ impl MigrationTrait for CreatePins {
                     .col(big_integer(Pins::PinnedBy))
                     .col(big_integer(Pins::PinnedAtMs))
                     .primary_key(Index::create().col(Pins::ConversationId).col(Pins::Seq))
+                    .to_owned(),
+            )
+            .await
+    }
+}
+
+struct CreateHidden;
+
+impl MigrationName for CreateHidden {
+    fn name(&self) -> &str {
+        "m20261205_000009_message_hidden"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CreateHidden {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let n = Alias::new;
+        manager
+            .create_table(
+                Table::create()
+                    .table(n("hidden_messages"))
+                    .if_not_exists()
+                    .col(big_integer(n("user_id")))
+                    .col(string_len(n("conversation_id"), 64))
+                    .col(big_integer(n("seq")))
+                    .primary_key(
+                        Index::create()
+                            .col(n("user_id"))
+                            .col(n("conversation_id"))
+                            .col(n("seq")),
+                    )
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_table(
+                Table::create()
+                    .table(n("cleared_histories"))
+                    .if_not_exists()
+                    .col(big_integer(n("user_id")))
+                    .col(string_len(n("conversation_id"), 64))
+                    .col(big_integer(n("cleared_seq")))
+                    .primary_key(Index::create().col(n("user_id")).col(n("conversation_id")))
                     .to_owned(),
             )
             .await

@@ -4,7 +4,7 @@ use imesh_kit::{outbox::SqlOutbox, testing};
 
 use super::{sql::SqlMessageStore, *};
 use crate::domain::{
-    Content, Forwarded, Media, MediaKind, Mentions, Notice, Pin, PinOutcome, Reply,
+    Content, Forwarded, Hidden, Media, MediaKind, Mentions, Notice, Pin, PinOutcome, Reply,
 };
 
 async fn stores() -> Vec<(testing::Backend, SqlMessageStore, SqlOutbox)> {
@@ -415,5 +415,35 @@ async fn pins_are_kept_once_each_up_to_the_bound_newest_first() {
             vec![1, 3],
             "{backend:?}"
         );
+    }
+}
+
+#[tokio::test]
+async fn hidden_messages_and_a_cleared_history_are_one_users_and_a_clear_never_goes_back() {
+    for (backend, store, outbox) in stores().await {
+        let hide = |seqs: Vec<i64>, cleared_seq| Hidden {
+            conversation_id: "d:1:2".into(),
+            user: 1,
+            seqs,
+            cleared_seq,
+        };
+        store.hide(&hide(vec![3, 5], 0), event(60)).await.unwrap();
+        store.hide(&hide(vec![5], 0), event(61)).await.unwrap();
+        store.hide(&hide(Vec::new(), 2), event(62)).await.unwrap();
+        store.hide(&hide(Vec::new(), 1), event(63)).await.unwrap();
+        let (cleared, seqs) = store.hidden_for(1, "d:1:2", 0, 10).await.unwrap();
+        assert_eq!((cleared, seqs), (2, [3, 5].into()), "{backend:?}");
+        let (_, in_range) = store.hidden_for(1, "d:1:2", 3, 4).await.unwrap();
+        assert!(
+            in_range.is_empty(),
+            "{backend:?}: only seqs in (after, up_to]"
+        );
+        let (cleared, seqs) = store.hidden_for(2, "d:1:2", 0, 10).await.unwrap();
+        assert_eq!(
+            (cleared, seqs.len()),
+            (0, 0),
+            "{backend:?}: the peer's view is untouched"
+        );
+        assert_eq!(outbox.pending(10).await.unwrap().len(), 4, "{backend:?}");
     }
 }
