@@ -42,8 +42,6 @@ where
     (settings, guard)
 }
 
-/// True when the binary was started as `<service> migrate`: bring the schema up to date
-/// and exit (the Helm chart's migration Job).
 /// Stops the program when several replicas would keep per-process state: seq counters,
 /// caches, presence and rate limits are shared through Redis or not at all.
 pub fn require_shared_state(service: &str, replicas: u32, redis: &crate::config::RedisConfig) {
@@ -58,6 +56,8 @@ pub fn require_shared_state(service: &str, replicas: u32, redis: &crate::config:
     }
 }
 
+/// True when the binary was started as `<service> migrate`: bring the schema up to date
+/// and exit (the Helm chart's migration Job).
 pub fn migrate_only() -> bool {
     std::env::args().nth(1).as_deref() == Some("migrate")
 }

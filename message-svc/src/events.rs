@@ -7,12 +7,26 @@ use crate::domain::{
     Audience, Content, Hidden, Media, MediaKind, Message, Notice, PinChange, PinnedMessage,
 };
 
-/// The recipients and read-fanout group of a Fanout for `audience`.
-fn addressed(audience: &Audience) -> (Vec<i64>, i64) {
-    match audience {
+/// The outbox payload carrying `kind` to `audience`: its recipients' inboxes, or a
+/// read-fanout group; sync-svc dedups it on `event_id`.
+fn fanout(
+    event_id: String,
+    audience: &Audience,
+    receipt_map_bound: u32,
+    kind: sync_pb::sync_event::Kind,
+) -> Vec<u8> {
+    let (recipient_ids, read_fanout_group_id) = match audience {
         Audience::Users(users) => (users.clone(), 0),
         Audience::Group(group) => (Vec::new(), *group),
+    };
+    sync_pb::Fanout {
+        event_id,
+        recipient_ids,
+        read_fanout_group_id,
+        receipt_map_bound,
+        event: Some(sync_pb::SyncEvent { kind: Some(kind) }),
     }
+    .encode_to_vec()
 }
 
 /// The idempotency key sync-svc dedups a message event on.
@@ -22,19 +36,12 @@ pub fn message_event_id(message: &Message) -> String {
 
 /// The outbox payload for `message`, to be appended to each recipient's inbox.
 pub fn encode_fanout(message: &Message, audience: &Audience) -> Vec<u8> {
-    let (recipient_ids, read_fanout_group_id) = addressed(audience);
-    sync_pb::Fanout {
-        event_id: message_event_id(message),
-        recipient_ids,
-        read_fanout_group_id,
-        receipt_map_bound: message.receipt_bound,
-        event: Some(sync_pb::SyncEvent {
-            kind: Some(sync_pb::sync_event::Kind::Message(message_to_proto(
-                message,
-            ))),
-        }),
-    }
-    .encode_to_vec()
+    fanout(
+        message_event_id(message),
+        audience,
+        message.receipt_bound,
+        sync_pb::sync_event::Kind::Message(message_to_proto(message)),
+    )
 }
 
 pub fn message_to_proto(message: &Message) -> pb::Message {
@@ -158,7 +165,6 @@ pub fn recall_event_id(message: &Message) -> String {
 
 /// The outbox payload telling `recipients` that `message` was recalled.
 pub fn encode_recall(message: &Message, audience: &Audience) -> Vec<u8> {
-    let (recipient_ids, read_fanout_group_id) = addressed(audience);
     let recalled = pb::Recalled {
         conversation_id: message.conversation_id.clone(),
         seq: message.seq,
@@ -166,22 +172,17 @@ pub fn encode_recall(message: &Message, audience: &Audience) -> Vec<u8> {
         recalled_by: message.recalled_by,
         recalled_at_ms: message.recalled_at_ms,
     };
-    sync_pb::Fanout {
-        event_id: recall_event_id(message),
-        recipient_ids,
-        read_fanout_group_id,
-        receipt_map_bound: 0,
-        event: Some(sync_pb::SyncEvent {
-            kind: Some(sync_pb::sync_event::Kind::Recalled(recalled)),
-        }),
-    }
-    .encode_to_vec()
+    fanout(
+        recall_event_id(message),
+        audience,
+        0,
+        sync_pb::sync_event::Kind::Recalled(recalled),
+    )
 }
 
 /// The outbox payload telling `audience` that `message` now reads as its latest version;
 /// sync-svc dedups it per version.
 pub fn encode_edit(message: &Message, audience: &Audience) -> Vec<u8> {
-    let (recipient_ids, read_fanout_group_id) = addressed(audience);
     let edited = pb::Edited {
         conversation_id: message.conversation_id.clone(),
         seq: message.seq,
@@ -190,24 +191,20 @@ pub fn encode_edit(message: &Message, audience: &Audience) -> Vec<u8> {
         version: message.version,
         edited_at_ms: message.edited_at_ms,
     };
-    sync_pb::Fanout {
-        event_id: format!(
-            "e:{}:{}:{}",
-            message.conversation_id, message.seq, message.version
-        ),
-        recipient_ids,
-        read_fanout_group_id,
-        receipt_map_bound: 0,
-        event: Some(sync_pb::SyncEvent {
-            kind: Some(sync_pb::sync_event::Kind::Edited(edited)),
-        }),
-    }
-    .encode_to_vec()
+    let event_id = format!(
+        "e:{}:{}:{}",
+        message.conversation_id, message.seq, message.version
+    );
+    fanout(
+        event_id,
+        audience,
+        0,
+        sync_pb::sync_event::Kind::Edited(edited),
+    )
 }
 
 /// The outbox payload telling `audience` that a message was pinned or unpinned.
 pub fn encode_pin(change: &PinChange, audience: &Audience) -> Vec<u8> {
-    let (recipient_ids, read_fanout_group_id) = addressed(audience);
     let pin = change.pin;
     let changed = pb::PinChanged {
         conversation_id: change.conversation_id.clone(),
@@ -216,19 +213,16 @@ pub fn encode_pin(change: &PinChange, audience: &Audience) -> Vec<u8> {
         by: pin.pinned_by,
         at_ms: pin.pinned_at_ms,
     };
-    sync_pb::Fanout {
-        event_id: format!(
-            "p:{}:{}:{}:{}",
-            change.conversation_id, pin.seq, pin.pinned_at_ms, change.pinned
-        ),
-        recipient_ids,
-        read_fanout_group_id,
-        receipt_map_bound: 0,
-        event: Some(sync_pb::SyncEvent {
-            kind: Some(sync_pb::sync_event::Kind::Pin(changed)),
-        }),
-    }
-    .encode_to_vec()
+    let event_id = format!(
+        "p:{}:{}:{}:{}",
+        change.conversation_id, pin.seq, pin.pinned_at_ms, change.pinned
+    );
+    fanout(
+        event_id,
+        audience,
+        0,
+        sync_pb::sync_event::Kind::Pin(changed),
+    )
 }
 
 pub fn pinned_to_proto(pinned: &PinnedMessage) -> pb::Pinned {
@@ -244,19 +238,16 @@ pub fn pinned_to_proto(pinned: &PinnedMessage) -> pb::Pinned {
 pub fn encode_hidden(hidden: &Hidden) -> Vec<u8> {
     use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
     let seqs_hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(&hidden.seqs);
-    sync_pb::Fanout {
-        event_id: format!(
-            "h:{}:{}:{}:{seqs_hash:x}",
-            hidden.user, hidden.conversation_id, hidden.cleared_seq
-        ),
-        recipient_ids: vec![hidden.user],
-        read_fanout_group_id: 0,
-        receipt_map_bound: 0,
-        event: Some(sync_pb::SyncEvent {
-            kind: Some(sync_pb::sync_event::Kind::Hidden(hidden_to_proto(hidden))),
-        }),
-    }
-    .encode_to_vec()
+    let event_id = format!(
+        "h:{}:{}:{}:{seqs_hash:x}",
+        hidden.user, hidden.conversation_id, hidden.cleared_seq
+    );
+    fanout(
+        event_id,
+        &Audience::Users(vec![hidden.user]),
+        0,
+        sync_pb::sync_event::Kind::Hidden(hidden_to_proto(hidden)),
+    )
 }
 
 pub fn hidden_to_proto(hidden: &Hidden) -> pb::HiddenForMe {

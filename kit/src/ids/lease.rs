@@ -48,7 +48,6 @@ pub struct NodeLease {
     db: DatabaseConnection,
     block: NodeBlock,
     holder: String,
-    node: AtomicU64,
     valid_until_ms: Arc<AtomicI64>,
     ids: Arc<Snowflake>,
 }
@@ -75,7 +74,6 @@ impl NodeLease {
             db,
             block,
             holder,
-            node: AtomicU64::new(u64::from(node)),
             valid_until_ms,
             ids,
         }))
@@ -87,7 +85,7 @@ impl NodeLease {
     }
 
     pub fn node(&self) -> u16 {
-        self.node.load(Ordering::Acquire) as u16
+        self.ids.node()
     }
 
     /// Renews every [`RENEW_EVERY`] until `stop`, then releases the node.
@@ -128,7 +126,6 @@ impl NodeLease {
         );
         let started = unix_ms();
         let node = claim_free(&self.db, &self.block, &self.holder).await?;
-        self.node.store(u64::from(node), Ordering::Release);
         self.ids.node.store(u64::from(node), Ordering::Release);
         self.valid_until_ms
             .store(valid_until(started), Ordering::Release);

@@ -198,8 +198,8 @@ impl Messages {
         unpin: bool,
     ) -> Result<Vec<PinnedMessage>, Error> {
         let conversation = Conversation::parse(conversation_id)?;
-        self.visible_message(by, conversation, conversation_id, seq)
-            .await?;
+        let range = self.visible(by, conversation).await?;
+        self.message_within(conversation_id, seq, range).await?;
         if let (Sender::User(user), Conversation::Group(g)) = (by, conversation)
             && !self
                 .peers
@@ -241,7 +241,7 @@ impl Messages {
         if changed {
             self.relay.notify_one();
         }
-        self.pins(by, conversation_id).await
+        self.pins_within(conversation_id, range).await
     }
 
     /// A conversation's pins `reader` may read, newest first, with their messages.
@@ -250,9 +250,18 @@ impl Messages {
         reader: Sender,
         conversation_id: &str,
     ) -> Result<Vec<PinnedMessage>, Error> {
-        let (after, until) = self
+        let range = self
             .visible(reader, Conversation::parse(conversation_id)?)
             .await?;
+        self.pins_within(conversation_id, range).await
+    }
+
+    /// A conversation's pins within the seq range `(after, until]`, newest first.
+    async fn pins_within(
+        &self,
+        conversation_id: &str,
+        (after, until): (i64, Option<i64>),
+    ) -> Result<Vec<PinnedMessage>, Error> {
         let pins: Vec<Pin> = self
             .store
             .pins(conversation_id)
@@ -346,7 +355,17 @@ impl Messages {
         conversation_id: &str,
         seq: i64,
     ) -> Result<Message, Error> {
-        let (after, until) = self.visible(reader, conversation).await?;
+        let range = self.visible(reader, conversation).await?;
+        self.message_within(conversation_id, seq, range).await
+    }
+
+    /// Message `seq` of a conversation, if it lies within the seq range `(after, until]`.
+    async fn message_within(
+        &self,
+        conversation_id: &str,
+        seq: i64,
+        (after, until): (i64, Option<i64>),
+    ) -> Result<Message, Error> {
         let found = self.store.message(conversation_id, seq).await?;
         found
             .filter(|m| m.seq > after && until.is_none_or(|u| m.seq <= u))

@@ -213,6 +213,10 @@ impl SqlMessageStore {
     }
 
     /// [`Self::new`], handing what the writer commits to the outbox relay in memory.
+    pub fn handing_off(db: DatabaseConnection, handoff: Handoff) -> Self {
+        Self::build(db, Some(handoff))
+    }
+
     /// Applies `change` to one stored message and queues `event`, in one transaction; false
     /// (nothing written) when no row matched.
     async fn change_one(
@@ -228,10 +232,6 @@ impl SqlMessageStore {
         outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
         txn.commit().await?;
         Ok(true)
-    }
-
-    pub fn handing_off(db: DatabaseConnection, handoff: Handoff) -> Self {
-        Self::build(db, Some(handoff))
     }
 
     fn build(db: DatabaseConnection, handoff: Option<Handoff>) -> Self {
