@@ -889,3 +889,30 @@ async fn deleting_for_me_and_clearing_history_change_only_my_view() {
     let stranger = messages.clear_history(u(3), "d:1:2").await.unwrap_err();
     assert!(matches!(stranger, Error::NotParticipant), "{stranger:?}");
 }
+
+#[tokio::test]
+async fn a_conversation_keeps_at_most_max_pins_and_one_call_hides_at_most_max_hide() {
+    let (messages, _outbox) = messages().await;
+    for i in 0..=MAX_PINS {
+        messages
+            .send(u(1), text(&format!("b{i}"), 2, "note"))
+            .await
+            .unwrap();
+    }
+    for seq in 1..=MAX_PINS as i64 {
+        messages.pin(u(1), "d:1:2", seq, false).await.unwrap();
+    }
+    let full = messages
+        .pin(u(2), "d:1:2", MAX_PINS as i64 + 1, false)
+        .await
+        .unwrap_err();
+    assert!(matches!(full, Error::PinsFull), "{full:?}");
+    let too_many = messages
+        .delete_for_me(u(1), "d:1:2", (1..=MAX_HIDE as i64 + 1).collect())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(too_many, Error::Invalid { field: "seqs", .. }),
+        "{too_many:?}"
+    );
+}
