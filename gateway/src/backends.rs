@@ -11,8 +11,9 @@ use imesh_protos::{
     group::{GroupType, ListMyGroupsRequest, group_service_client::GroupServiceClient},
     message::{
         ClearHistoryRequest, DeleteForMeRequest, EditRequest, EditResponse, HiddenForMe,
-        HistoryRequest, HistoryResponse, ListPinsRequest, PinRequest, PinsResponse, RecallRequest,
-        RecallResponse, message_service_client::MessageServiceClient,
+        HistoryRequest, HistoryResponse, ListPinsRequest, ListReactorsRequest,
+        ListReactorsResponse, PinRequest, PinsResponse, ReactRequest, ReactionsResponse,
+        RecallRequest, RecallResponse, message_service_client::MessageServiceClient,
     },
     notify::{
         Device, OfflineRequest, OnlineRequest, QueryPresenceRequest, QueryPresenceResponse,
@@ -187,6 +188,29 @@ impl Backends {
             .message
             .clone()
             .clear_history(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn react(
+        &self,
+        user: i64,
+        request: ReactRequest,
+    ) -> Result<ReactionsResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self.message.clone().react(request).await?.into_inner())
+    }
+
+    pub async fn list_reactors(
+        &self,
+        user: i64,
+        request: ListReactorsRequest,
+    ) -> Result<ListReactorsResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .message
+            .clone()
+            .list_reactors(request)
             .await?
             .into_inner())
     }

@@ -83,6 +83,8 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
         Some(In::ListPins(_)) => "gateway/list_pins",
         Some(In::DeleteForMe(_)) => "gateway/delete_for_me",
         Some(In::ClearHistory(_)) => "gateway/clear_history",
+        Some(In::React(_)) => "gateway/react",
+        Some(In::ListReactors(_)) => "gateway/list_reactors",
         Some(In::MarkRead(_)) => "gateway/mark_read",
         Some(In::Conversations(_)) => "gateway/conversations",
         Some(In::UpdateConversation(_)) => "gateway/update_conversation",
@@ -215,6 +217,16 @@ impl Session {
                 .clear_history(self.user(), request)
                 .await
                 .map(Body::Hidden),
+            Some(In::React(request)) => self
+                .backends
+                .react(self.user(), request)
+                .await
+                .map(Body::Reactions),
+            Some(In::ListReactors(request)) => self
+                .backends
+                .list_reactors(self.user(), request)
+                .await
+                .map(Body::Reactors),
             Some(In::MarkRead(request)) => self
                 .backends
                 .mark_read(self.user(), request)

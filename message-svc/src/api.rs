@@ -200,6 +200,52 @@ impl MessageService for MessageApi {
         }))
     }
 
+    async fn react(
+        &self,
+        request: Request<pb::ReactRequest>,
+    ) -> Result<Response<pb::ReactionsResponse>, Status> {
+        let by = sender(&request)?;
+        let pb::ReactRequest {
+            conversation_id,
+            seq,
+            emoji,
+            remove,
+        } = request.into_inner();
+        let counts = self
+            .messages
+            .react(by, &conversation_id, seq, &emoji, remove)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ReactionsResponse {
+            conversation_id,
+            seq,
+            reactions: crate::events::reactions_to_proto(&counts),
+        }))
+    }
+
+    async fn list_reactors(
+        &self,
+        request: Request<pb::ListReactorsRequest>,
+    ) -> Result<Response<pb::ListReactorsResponse>, Status> {
+        let by = sender(&request)?;
+        let pb::ListReactorsRequest {
+            conversation_id,
+            seq,
+            emoji,
+            after_user_id,
+            limit,
+        } = request.into_inner();
+        let (user_ids, has_more) = self
+            .messages
+            .reactors(by, &conversation_id, seq, &emoji, after_user_id, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ListReactorsResponse {
+            user_ids,
+            has_more,
+        }))
+    }
+
     async fn delete_for_me(
         &self,
         request: Request<pb::DeleteForMeRequest>,
@@ -352,7 +398,9 @@ fn status(err: Error) -> Status {
         }
         Error::NoMessage => Status::not_found(err.to_string()),
         Error::NotSender => Status::permission_denied(err.to_string()),
-        Error::EditRefused(_) | Error::PinsFull => Status::failed_precondition(err.to_string()),
+        Error::EditRefused(_) | Error::PinsFull | Error::ReactRecalled | Error::ReactionsFull => {
+            Status::failed_precondition(err.to_string())
+        }
         Error::PinRefused(_) => Status::permission_denied(err.to_string()),
         Error::Refused(_) | Error::NoticeForbidden => Status::permission_denied(err.to_string()),
         Error::RateLimited(_) | Error::Overloaded(_) => {

@@ -4,7 +4,8 @@ use imesh_protos::{message as pb, sync as sync_pb};
 use prost::Message as _;
 
 use crate::domain::{
-    Audience, Content, Hidden, Media, MediaKind, Message, Notice, PinChange, PinnedMessage,
+    Audience, Content, Hidden, Media, MediaKind, Message, MovedReactions, Notice, PinChange,
+    PinnedMessage, ReactionChange, ReactionCount,
 };
 
 /// The outbox payload carrying `kind` to `audience`: its recipients' inboxes, or a
@@ -71,7 +72,78 @@ pub fn message_to_proto(message: &Message) -> pb::Message {
             sender_id: f.sender_id,
             server_time_ms: f.server_time_ms,
         }),
+        reactions: reactions_to_proto(&message.reactions),
     }
+}
+
+pub fn reactions_to_proto(counts: &[ReactionCount]) -> Vec<pb::ReactionCount> {
+    counts
+        .iter()
+        .map(|c| pb::ReactionCount {
+            emoji: c.emoji.clone(),
+            count: c.count,
+            mine: c.mine,
+        })
+        .collect()
+}
+
+/// A short stable tag of a text for event ids (emojis may be any bytes a collation folds).
+fn tag(text: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(text)
+}
+
+/// The outbox payload telling `audience` that a user reacted to a message or took it back.
+pub fn encode_reaction(change: &ReactionChange, audience: &Audience) -> Vec<u8> {
+    let event_id = format!(
+        "r:{}:{}:{}:{}:{}:{:x}",
+        change.conversation_id,
+        change.seq,
+        change.user_id,
+        change.at_ms,
+        change.added,
+        tag(&change.emoji)
+    );
+    let changed = pb::ReactionChanged {
+        conversation_id: change.conversation_id.clone(),
+        seq: change.seq,
+        emoji: change.emoji.clone(),
+        user_id: change.user_id,
+        added: change.added,
+        at_ms: change.at_ms,
+    };
+    fanout(
+        event_id,
+        audience,
+        0,
+        sync_pb::sync_event::Kind::Reaction(changed),
+    )
+}
+
+/// The outbox payload telling a large group's `audience` a message's reaction counts.
+pub fn encode_reaction_counts(
+    moved: &MovedReactions,
+    counts: &[ReactionCount],
+    audience: &Audience,
+) -> Vec<u8> {
+    let event_id = format!(
+        "rc:{}:{}:{}:{}",
+        moved.conversation_id,
+        moved.seq,
+        imesh_kit::ids::unix_ms(),
+        moved.changes
+    );
+    let counts = pb::ReactionCounts {
+        conversation_id: moved.conversation_id.clone(),
+        seq: moved.seq,
+        reactions: reactions_to_proto(counts),
+    };
+    fanout(
+        event_id,
+        audience,
+        0,
+        sync_pb::sync_event::Kind::ReactionCounts(counts),
+    )
 }
 
 pub fn content_to_proto(content: &Content) -> pb::Content {

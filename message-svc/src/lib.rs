@@ -65,6 +65,10 @@ pub struct Config {
     /// Sends are refused with RESOURCE_EXHAUSTED while the outbox relay has been behind
     /// for longer than this: past capacity, delivery latency stays bounded.
     pub max_relay_lag_ms: u64,
+    /// Groups with more members hear of reactions as a message's counts, at most once per
+    /// `reaction_flush_ms`, instead of one event per reaction.
+    pub reaction_coalesce_members: usize,
+    pub reaction_flush_ms: u64,
 }
 
 /// Sends allowed per second on each replica; 0 turns a limit off.
@@ -103,6 +107,8 @@ impl Default for Config {
             write_fanout_max_members: 2000,
             receipt_max_members: 2000,
             max_relay_lag_ms: 2_000,
+            reaction_coalesce_members: 100,
+            reaction_flush_ms: 1_000,
         }
     }
 }
@@ -180,6 +186,8 @@ impl Service {
                     edit: events::encode_edit,
                     pin: events::encode_pin,
                     hidden: events::encode_hidden,
+                    reaction: events::encode_reaction,
+                    reaction_counts: events::encode_reaction_counts,
                 },
                 relay: relay.waker(),
                 backlog: relay.backlog(),
@@ -190,6 +198,7 @@ impl Service {
                     edit_window_ms: config.edit_window_secs as i64 * 1000,
                     receipt_max_members: config.receipt_max_members,
                     max_relay_lag: std::time::Duration::from_millis(config.max_relay_lag_ms),
+                    reaction_coalesce_members: config.reaction_coalesce_members,
                 },
                 rates: domain::RateLimits::new(
                     config.rate_limits.user_per_sec,
@@ -217,6 +226,10 @@ impl Service {
     ) -> anyhow::Result<()> {
         let keeping = self.node.keep();
         let relay = self.relay.spawn();
+        let flushing = tokio::spawn(flush_reactions(
+            self.messages.clone(),
+            std::time::Duration::from_millis(self.config.reaction_flush_ms.max(1)),
+        ));
         let api = api::MessageApi::new(self.messages);
         let served = grpc::Server::new(&self.config.grpc)
             .add_service(MessageServiceServer::with_interceptor(
@@ -227,10 +240,23 @@ impl Service {
             .metrics(self.registry)
             .serve(listener, shutdown)
             .await;
+        flushing.abort();
         relay.stop().await?;
         keeping.stop().await;
         self.db.close().await?;
         served
+    }
+}
+
+/// Tells large groups of their messages' reaction counts every `every`, until aborted.
+async fn flush_reactions(messages: Arc<domain::Messages>, every: std::time::Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Err(e) = messages.flush_reactions().await {
+            tracing::warn!(error = %e, "flushing reaction counts failed; trying again next tick");
+        }
     }
 }
 

@@ -519,5 +519,7 @@ fn body_field(body: &Body) -> u16 {
         Body::Edit(_) => 20,
         Body::Pins(_) => 21,
         Body::Hidden(_) => 22,
+        Body::Reactions(_) => 23,
+        Body::Reactors(_) => 24,
     }
 }

@@ -11,6 +11,7 @@ use crate::store::MessageStore;
 
 mod content;
 mod rate;
+mod react;
 mod read;
 mod send;
 mod types;
@@ -20,8 +21,9 @@ pub use rate::{RateLimited, RateLimits};
 pub use read::HistoryPage;
 pub use send::{MAX_SEND_BATCH, NoticeCommand, NoticeOutcome, NoticeTarget, SendCommand};
 pub use types::{
-    Conversation, ConversationId, Forwarded, Hidden, Mentions, Message, Pin, PinChange, PinOutcome,
-    PinnedMessage, Reply, Sender, Sent, Target, direct_conversation,
+    Conversation, ConversationId, Forwarded, Hidden, Mentions, Message, MovedReactions, Pin,
+    PinChange, PinOutcome, PinnedMessage, ReactOutcome, ReactionChange, ReactionCount, Reply,
+    Sender, Sent, Target, direct_conversation,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +48,10 @@ pub enum Error {
     PinRefused(&'static str),
     #[error("seq: the conversation has {MAX_PINS} pins already; unpin one first")]
     PinsFull,
+    #[error("seq: a recalled message takes no reactions")]
+    ReactRecalled,
+    #[error("emoji: the message carries {MAX_EMOJIS} different reactions already")]
+    ReactionsFull,
     #[error("content.notice: only internal callers (the system actor) send notices")]
     NoticeForbidden,
     #[error(transparent)]
@@ -182,6 +188,10 @@ pub const PIN: u32 = 256;
 pub const MAX_PINS: usize = 50;
 /// Most messages one DeleteForMe hides.
 pub const MAX_HIDE: usize = 100;
+/// Most different emojis one message carries.
+pub const MAX_EMOJIS: usize = 20;
+/// Longest emoji (or shortcode) a reaction names, in bytes.
+pub const MAX_EMOJI_BYTES: usize = 32;
 
 /// Who may start a direct conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -197,7 +207,8 @@ pub enum DirectPolicy {
 /// Turns a stored message and its audience into the outbox payload sync-svc receives.
 pub type EncodeEvent = fn(&Message, &Audience) -> Vec<u8>;
 
-/// The outbox payloads message-svc writes: a new message, a recall, an edit, a pin.
+/// The outbox payloads message-svc writes: a new message, a recall, an edit, a pin, a
+/// hide, a reaction and a large group's reaction counts.
 #[derive(Clone, Copy)]
 pub struct Encoders {
     pub message: EncodeEvent,
@@ -205,6 +216,8 @@ pub struct Encoders {
     pub edit: EncodeEvent,
     pub pin: fn(&PinChange, &Audience) -> Vec<u8>,
     pub hidden: fn(&Hidden) -> Vec<u8>,
+    pub reaction: fn(&ReactionChange, &Audience) -> Vec<u8>,
+    pub reaction_counts: fn(&MovedReactions, &[ReactionCount], &Audience) -> Vec<u8>,
 }
 
 pub struct Limits {
@@ -218,6 +231,8 @@ pub struct Limits {
     pub receipt_max_members: u32,
     /// Sends are refused while the outbox relay has been behind for longer than this.
     pub max_relay_lag: std::time::Duration,
+    /// Groups with more members hear of reactions as coalesced counts.
+    pub reaction_coalesce_members: usize,
 }
 
 pub struct Messages {

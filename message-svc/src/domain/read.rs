@@ -348,7 +348,7 @@ impl Messages {
     }
 
     /// Message `seq` of a conversation, if `reader` may see it.
-    async fn visible_message(
+    pub(super) async fn visible_message(
         &self,
         reader: Sender,
         conversation: Conversation,
@@ -373,7 +373,7 @@ impl Messages {
     }
 
     /// Whom an event of the conversation reaches now.
-    async fn audience_now(&self, conversation: Conversation) -> Result<Audience, Error> {
+    pub(super) async fn audience_now(&self, conversation: Conversation) -> Result<Audience, Error> {
         Ok(match conversation {
             Conversation::Group(g) => self
                 .peers
@@ -459,6 +459,14 @@ impl Messages {
         page.truncate(limit as usize);
         self.mark_recalled_quotes(conversation_id, &mut page)
             .await?;
+        let seqs: Vec<i64> = page.iter().map(|m| m.seq).collect();
+        let mut reactions = self
+            .store
+            .reactions(conversation_id, &seqs, reader.id())
+            .await?;
+        for message in &mut page {
+            message.reactions = reactions.remove(&message.seq).unwrap_or_default();
+        }
         Ok((page, more))
     }
 
@@ -484,7 +492,7 @@ impl Messages {
 
     /// The seq range `(after, until]` of a conversation `reader` may read; the system actor
     /// reads everything.
-    async fn visible(
+    pub(super) async fn visible(
         &self,
         reader: Sender,
         conversation: Conversation,

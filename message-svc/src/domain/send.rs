@@ -646,5 +646,6 @@ fn compose(
         edited_at_ms: 0,
         reply: None,
         forwarded: None,
+        reactions: Vec::new(),
     }
 }

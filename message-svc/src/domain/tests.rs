@@ -163,6 +163,8 @@ async fn build_behind(
                 edit: crate::events::encode_edit,
                 pin: crate::events::encode_pin,
                 hidden: crate::events::encode_hidden,
+                reaction: crate::events::encode_reaction,
+                reaction_counts: crate::events::encode_reaction_counts,
             },
             relay: Arc::new(Notify::new()),
             backlog,
@@ -173,6 +175,7 @@ async fn build_behind(
                 edit_window_ms: 120_000,
                 receipt_max_members: 3,
                 max_relay_lag: std::time::Duration::from_millis(100),
+                reaction_coalesce_members: 2,
             },
             rates,
         },
@@ -914,5 +917,125 @@ async fn a_conversation_keeps_at_most_max_pins_and_one_call_hides_at_most_max_hi
     assert!(
         matches!(too_many, Error::Invalid { field: "seqs", .. }),
         "{too_many:?}"
+    );
+}
+
+#[tokio::test]
+async fn reactions_reach_a_direct_conversation_at_once_and_a_large_group_as_flushed_counts() {
+    use imesh_protos::sync::{Fanout, sync_event::Kind};
+    let (messages, outbox) = messages().await;
+    let direct = messages.send(u(1), text("r1", 2, "lunch?")).await.unwrap();
+    let conversation = direct.conversation_id.as_str();
+    let counts = messages
+        .react(u(2), conversation, direct.seq, "👍", false)
+        .await
+        .unwrap();
+    let thumbs = |mine| ReactionCount {
+        emoji: "👍".into(),
+        count: 1,
+        mine,
+    };
+    assert_eq!(counts, vec![thumbs(true)]);
+    let rows = outbox.pending(10).await.unwrap();
+    assert_eq!(rows.len(), 2, "the message and the reaction");
+    let fanout = Fanout::decode(rows[1].payload.as_slice()).unwrap();
+    assert_eq!(fanout.recipient_ids, vec![1, 2]);
+    assert!(matches!(
+        fanout.event.and_then(|e| e.kind),
+        Some(Kind::Reaction(r)) if r.added && r.user_id == 2 && r.emoji == "👍"
+    ));
+    let again = messages
+        .react(u(2), conversation, direct.seq, "👍", false)
+        .await
+        .unwrap();
+    assert_eq!(again, vec![thumbs(true)], "idempotent");
+    assert_eq!(outbox.pending(10).await.unwrap().len(), 2, "and silent");
+    let (page, _) = messages
+        .history(u(1), conversation, HistoryPage::Before(0), 10)
+        .await
+        .unwrap();
+    assert_eq!(page[0].reactions, vec![thumbs(false)], "history, as user 1");
+    let long = "x".repeat(MAX_EMOJI_BYTES + 1);
+    for bad in ["", "a b", "\u{7}", long.as_str()] {
+        let err = messages
+            .react(u(2), conversation, direct.seq, bad, false)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Invalid { field: "emoji", .. }),
+            "{bad:?}: {err:?}"
+        );
+    }
+    let stranger = messages
+        .react(u(3), conversation, direct.seq, "👍", false)
+        .await
+        .unwrap_err();
+    assert!(matches!(stranger, Error::NotParticipant), "{stranger:?}");
+    messages
+        .recall(u(1), conversation, direct.seq)
+        .await
+        .unwrap();
+    let recalled = messages
+        .react(u(1), conversation, direct.seq, "🎉", false)
+        .await
+        .unwrap_err();
+    assert!(matches!(recalled, Error::ReactRecalled), "{recalled:?}");
+    let taken_back = messages
+        .react(u(2), conversation, direct.seq, "👍", true)
+        .await
+        .unwrap();
+    assert!(taken_back.is_empty(), "a reaction is taken back even then");
+
+    // Group 7 has three members, over the fixture's coalescing size of two.
+    let sent = messages
+        .send(
+            u(1),
+            SendCommand {
+                client_msg_id: "g1".into(),
+                to: Some(Target::Group(7)),
+                content: Some(Content::Text("vote".into())),
+                ..SendCommand::default()
+            },
+        )
+        .await
+        .unwrap();
+    let before = outbox.pending(100).await.unwrap().len();
+    for user in [1, 3] {
+        messages
+            .react(u(user), "g:7", sent.seq, "✅", false)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        outbox.pending(100).await.unwrap().len(),
+        before,
+        "no event per reaction in a large group"
+    );
+    assert_eq!(messages.flush_reactions().await.unwrap(), 1);
+    let rows = outbox.pending(100).await.unwrap();
+    let fanout = Fanout::decode(rows[before].payload.as_slice()).unwrap();
+    assert_eq!(fanout.recipient_ids, vec![1, 2, 3]);
+    assert!(matches!(
+        fanout.event.and_then(|e| e.kind),
+        Some(Kind::ReactionCounts(c)) if c.seq == sent.seq
+            && c.reactions.len() == 1 && c.reactions[0].count == 2
+    ));
+    assert_eq!(
+        messages.flush_reactions().await.unwrap(),
+        0,
+        "nothing moved since"
+    );
+    let (who, more) = messages
+        .reactors(u(1), "g:7", sent.seq, "✅", 1, 10)
+        .await
+        .unwrap();
+    assert_eq!((who, more), (vec![3], false), "a page after user 1");
+    let unseen = messages
+        .reactors(u(2), "g:7", sent.seq, "✅", 0, 10)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unseen, Error::NoMessage),
+        "sent before user 2 joined"
     );
 }

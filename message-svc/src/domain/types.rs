@@ -108,6 +108,46 @@ pub struct Message {
     pub edited_at_ms: i64,
     pub reply: Option<Reply>,
     pub forwarded: Option<Forwarded>,
+    /// Its reactions as one reader sees them (filled in by history; empty elsewhere).
+    pub reactions: Vec<ReactionCount>,
+}
+
+/// How many reacted to a message with `emoji`; `mine` when the reader is among them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReactionCount {
+    pub emoji: String,
+    pub count: i64,
+    pub mine: bool,
+}
+
+/// One user's reaction to a message, added or taken back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReactionChange {
+    pub conversation_id: ConversationId,
+    pub seq: i64,
+    pub emoji: String,
+    pub user_id: i64,
+    pub added: bool,
+    pub at_ms: i64,
+}
+
+/// What a reaction change came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReactOutcome {
+    Changed,
+    /// It was so already (added twice, or taken back when absent).
+    Unchanged,
+    /// The emoji would be one more than a message may carry.
+    Full,
+}
+
+/// A message whose reactions moved in a conversation that hears of them coalesced, and
+/// how many changes its mark has counted (a flush forgets the mark only at that count).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MovedReactions {
+    pub conversation_id: ConversationId,
+    pub seq: i64,
+    pub changes: i64,
 }
 
 /// A pinned message of a conversation: who pinned it, when.

@@ -3,7 +3,10 @@
 use async_trait::async_trait;
 use imesh_kit::{error::StoreError, outbox::OutboxRow};
 
-use crate::domain::{Content, Hidden, Message, Pin, PinOutcome, Sent};
+use crate::domain::{
+    Content, Hidden, Message, MovedReactions, Pin, PinOutcome, ReactOutcome, ReactionChange,
+    ReactionCount, Sent,
+};
 
 mod commits;
 pub mod sql;
@@ -118,6 +121,44 @@ pub trait MessageStore: Send + Sync + 'static {
         conversation_id: &str,
         seqs: &[i64],
     ) -> Result<std::collections::HashSet<i64>, StoreError>;
+    /// In one transaction: adds or takes back `change.user_id`'s reaction, keeps the
+    /// message's counts, and queues `event` — or, with none, marks the message's reactions
+    /// moved for [`Self::moved_reactions`]. Unchanged (nothing written) when it was so
+    /// already; Full (nothing written) when the emoji would be the message's `max_emojis +
+    /// 1`th. Changes to one message are serialized, so the bound holds under concurrency.
+    async fn react(
+        &self,
+        change: &ReactionChange,
+        max_emojis: usize,
+        event: Option<OutboxRow>,
+    ) -> Result<ReactOutcome, StoreError>;
+    /// The reaction counts of `seqs` of a conversation by seq (messages without any left
+    /// out), most reacted first, then by emoji; `mine` for `reader` (0: nobody).
+    async fn reactions(
+        &self,
+        conversation_id: &str,
+        seqs: &[i64],
+        reader: i64,
+    ) -> Result<std::collections::HashMap<i64, Vec<ReactionCount>>, StoreError>;
+    /// Up to `limit` users who reacted to a message with `emoji`, ids above `after`,
+    /// ascending.
+    async fn reactors(
+        &self,
+        conversation_id: &str,
+        seq: i64,
+        emoji: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, StoreError>;
+    /// Up to `limit` messages marked as having moved reactions.
+    async fn moved_reactions(&self, limit: usize) -> Result<Vec<MovedReactions>, StoreError>;
+    /// In one transaction: queues `events` and drops the marks of `moved` that counted no
+    /// change since they were read (a later change keeps its mark for the next flush).
+    async fn forget_moved(
+        &self,
+        moved: &[MovedReactions],
+        events: Vec<OutboxRow>,
+    ) -> Result<(), StoreError>;
     /// The highest seq stored in a conversation, 0 for none.
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError>;
 }

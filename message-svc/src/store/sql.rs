@@ -15,7 +15,12 @@ use super::{
     MessageStore, OUTBOX_TABLE,
     commits::{Append, GroupCommit},
 };
-use crate::domain::{Content, Hidden, MediaKind, Mentions, Message, Pin, PinOutcome, Sent};
+use crate::domain::{
+    Content, Hidden, MediaKind, Mentions, Message, MovedReactions, Pin, PinOutcome, ReactOutcome,
+    ReactionChange, ReactionCount, Sent,
+};
+
+mod reactions;
 
 #[allow(unreachable_pub)]
 mod messages {
@@ -197,6 +202,7 @@ fn to_message(m: messages::Model) -> Result<Message, StoreError> {
         edited_at_ms: m.edited_at_ms,
         reply: decode_json(m.msg_id, m.reply)?,
         forwarded: decode_json(m.msg_id, m.forwarded)?,
+        reactions: Vec::new(),
     })
 }
 
@@ -613,6 +619,47 @@ impl MessageStore for SqlMessageStore {
         Ok(recalled.into_iter().collect())
     }
 
+    async fn react(
+        &self,
+        change: &ReactionChange,
+        max_emojis: usize,
+        event: Option<OutboxRow>,
+    ) -> Result<ReactOutcome, StoreError> {
+        reactions::react(&self.db, change, max_emojis, event).await
+    }
+
+    async fn reactions(
+        &self,
+        conversation_id: &str,
+        seqs: &[i64],
+        reader: i64,
+    ) -> Result<std::collections::HashMap<i64, Vec<ReactionCount>>, StoreError> {
+        reactions::reactions(&self.db, conversation_id, seqs, reader).await
+    }
+
+    async fn reactors(
+        &self,
+        conversation_id: &str,
+        seq: i64,
+        emoji: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, StoreError> {
+        reactions::reactors(&self.db, conversation_id, seq, emoji, after, limit).await
+    }
+
+    async fn moved_reactions(&self, limit: usize) -> Result<Vec<MovedReactions>, StoreError> {
+        reactions::moved(&self.db, limit).await
+    }
+
+    async fn forget_moved(
+        &self,
+        moved: &[MovedReactions],
+        events: Vec<OutboxRow>,
+    ) -> Result<(), StoreError> {
+        reactions::forget_moved(&self.db, moved, events).await
+    }
+
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError> {
         let backend = self.db.get_database_backend();
         let stmt = Query::select()
@@ -647,6 +694,7 @@ impl MigratorTrait for Migrator {
             Box::new(AddReferences),
             Box::new(CreatePins),
             Box::new(CreateHidden),
+            Box::new(reactions::CreateReactions),
         ]
     }
 

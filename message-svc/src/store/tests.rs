@@ -4,7 +4,8 @@ use imesh_kit::{outbox::SqlOutbox, testing};
 
 use super::{sql::SqlMessageStore, *};
 use crate::domain::{
-    Content, Forwarded, Hidden, Media, MediaKind, Mentions, Notice, Pin, PinOutcome, Reply,
+    Content, Forwarded, Hidden, Media, MediaKind, Mentions, Notice, Pin, PinOutcome, ReactOutcome,
+    ReactionChange, ReactionCount, Reply,
 };
 
 async fn stores() -> Vec<(testing::Backend, SqlMessageStore, SqlOutbox)> {
@@ -40,6 +41,7 @@ fn message(msg_id: i64, seq: i64, client_msg_id: &str) -> Message {
         edited_at_ms: 0,
         reply: None,
         forwarded: None,
+        reactions: Vec::new(),
     }
 }
 
@@ -445,5 +447,174 @@ async fn hidden_messages_and_a_cleared_history_are_one_users_and_a_clear_never_g
             "{backend:?}: the peer's view is untouched"
         );
         assert_eq!(outbox.pending(10).await.unwrap().len(), 4, "{backend:?}");
+    }
+}
+
+fn reaction(user_id: i64, emoji: &str, added: bool) -> ReactionChange {
+    ReactionChange {
+        conversation_id: "d:1:2".into(),
+        seq: 1,
+        emoji: emoji.into(),
+        user_id,
+        added,
+        at_ms: 1_700_000_000_000,
+    }
+}
+
+fn count(emoji: &str, count: i64, mine: bool) -> ReactionCount {
+    ReactionCount {
+        emoji: emoji.into(),
+        count,
+        mine,
+    }
+}
+
+#[tokio::test]
+async fn reactions_count_once_per_user_and_emoji_and_mine_is_the_readers() {
+    for (backend, store, outbox) in stores().await {
+        store.append(&message(10, 1, "a"), event(10)).await.unwrap();
+        // Two emojis outside the BMP, which MySQL's default collations compare as equal.
+        let steps = [
+            (reaction(1, "👍", true), ReactOutcome::Changed),
+            (reaction(2, "👍", true), ReactOutcome::Changed),
+            (reaction(2, "😀", true), ReactOutcome::Changed),
+            (reaction(1, "👍", true), ReactOutcome::Unchanged),
+            (reaction(3, "😀", false), ReactOutcome::Unchanged),
+        ];
+        for (id, (change, outcome)) in (20..).zip(steps) {
+            let got = store.react(&change, 20, Some(event(id))).await.unwrap();
+            assert_eq!(got, outcome, "{backend:?}: {change:?}");
+        }
+        let counts = store.reactions("d:1:2", &[1, 2], 1).await.unwrap();
+        assert_eq!(
+            counts.get(&1),
+            Some(&vec![count("👍", 2, true), count("😀", 1, false)]),
+            "{backend:?}: most reacted first; mine for user 1"
+        );
+        assert!(
+            !counts.contains_key(&2),
+            "{backend:?}: no reactions, no entry"
+        );
+        assert_eq!(
+            store.reactors("d:1:2", 1, "👍", 0, 10).await.unwrap(),
+            vec![1, 2]
+        );
+        assert_eq!(
+            store.reactors("d:1:2", 1, "👍", 1, 10).await.unwrap(),
+            vec![2],
+            "{backend:?}: a page after user 1"
+        );
+        for (id, change) in (30..).zip([reaction(2, "👍", false), reaction(2, "😀", false)]) {
+            assert_eq!(
+                store.react(&change, 20, Some(event(id))).await.unwrap(),
+                ReactOutcome::Changed
+            );
+        }
+        let counts = store.reactions("d:1:2", &[1], 0).await.unwrap();
+        assert_eq!(
+            counts.get(&1),
+            Some(&vec![count("👍", 1, false)]),
+            "{backend:?}: an emoji nobody holds any more is gone"
+        );
+        let queued: Vec<i64> = outbox
+            .pending(10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(
+            queued,
+            vec![10, 20, 21, 22, 30, 31],
+            "{backend:?}: one event per change, none for what changed nothing"
+        );
+    }
+}
+
+#[tokio::test]
+async fn concurrent_reactions_keep_the_emoji_bound_and_every_count() {
+    for (backend, store, _) in stores().await {
+        store.append(&message(10, 1, "a"), event(10)).await.unwrap();
+        let store = std::sync::Arc::new(store);
+        let tries = (0..8).map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let change = reaction(100 + i, &format!("e{i}"), true);
+                store.react(&change, 3, Some(event(100 + i))).await.unwrap()
+            })
+        });
+        let outcomes = futures::future::join_all(tries).await;
+        let changed = outcomes
+            .iter()
+            .filter(|o| *o.as_ref().unwrap() == ReactOutcome::Changed)
+            .count();
+        assert_eq!(
+            changed, 3,
+            "{backend:?}: three emojis fit, the rest are Full"
+        );
+        let same = (0..8).map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .react(&reaction(200 + i, "👍", true), 30, Some(event(200 + i)))
+                    .await
+                    .unwrap()
+            })
+        });
+        futures::future::join_all(same).await;
+        let counts = store.reactions("d:1:2", &[1], 0).await.unwrap();
+        let thumbs = counts[&1].iter().find(|c| c.emoji == "👍").unwrap();
+        assert_eq!(thumbs.count, 8, "{backend:?}: no lost update");
+        assert_eq!(
+            store
+                .react(&reaction(9, "new", true), 4, None)
+                .await
+                .unwrap(),
+            ReactOutcome::Full,
+            "{backend:?}: 3 + 👍 make 4"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_moved_mark_is_forgotten_only_at_the_count_it_was_read_at() {
+    for (backend, store, outbox) in stores().await {
+        store.append(&message(10, 1, "a"), event(10)).await.unwrap();
+        store
+            .react(&reaction(1, "a", true), 20, None)
+            .await
+            .unwrap();
+        store
+            .react(&reaction(2, "a", true), 20, None)
+            .await
+            .unwrap();
+        let moved = store.moved_reactions(10).await.unwrap();
+        assert_eq!(moved.len(), 1, "{backend:?}");
+        assert_eq!((moved[0].seq, moved[0].changes), (1, 2), "{backend:?}");
+        store
+            .react(&reaction(3, "a", true), 20, None)
+            .await
+            .unwrap();
+        store.forget_moved(&moved, vec![event(50)]).await.unwrap();
+        let still = store.moved_reactions(10).await.unwrap();
+        assert_eq!(
+            still.iter().map(|m| m.changes).collect::<Vec<_>>(),
+            vec![3],
+            "{backend:?}: a change after the read keeps its mark"
+        );
+        store.forget_moved(&still, vec![event(51)]).await.unwrap();
+        assert!(store.moved_reactions(10).await.unwrap().is_empty());
+        let queued: Vec<i64> = outbox
+            .pending(10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(
+            queued,
+            vec![10, 50, 51],
+            "{backend:?}: flushes queue their events"
+        );
     }
 }

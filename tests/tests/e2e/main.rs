@@ -23,6 +23,7 @@ mod operability;
 mod own_view;
 mod pins;
 mod presence_events;
+mod reactions;
 mod receipts;
 mod references;
 mod relations;
