@@ -21,10 +21,11 @@ use imesh_protos::{
     },
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
     sync::{
-        ConversationSettings, ConversationsRequest, ConversationsResponse, MarkReadRequest,
-        MarkReadResponse, PullRequest, PullResponse, PushSettings, ReceiptCountsRequest,
-        ReceiptCountsResponse, ReceiptReadersRequest, ReceiptReadersResponse,
-        UpdateConversationRequest, sync_service_client::SyncServiceClient,
+        ConversationRemoved, ConversationSettings, ConversationsRequest, ConversationsResponse,
+        MarkReadRequest, MarkReadResponse, PullRequest, PullResponse, PushSettings,
+        ReceiptCountsRequest, ReceiptCountsResponse, ReceiptReadersRequest, ReceiptReadersResponse,
+        RemoveConversationRequest, UpdateConversationRequest,
+        sync_service_client::SyncServiceClient,
     },
 };
 use tonic::Status;
@@ -243,6 +244,20 @@ impl Backends {
             .sync
             .clone()
             .update_conversation(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn remove_conversation(
+        &self,
+        user: i64,
+        request: RemoveConversationRequest,
+    ) -> Result<ConversationRemoved, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .sync
+            .clone()
+            .remove_conversation(request)
             .await?
             .into_inner())
     }

@@ -88,6 +88,7 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
         Some(In::MarkRead(_)) => "gateway/mark_read",
         Some(In::Conversations(_)) => "gateway/conversations",
         Some(In::UpdateConversation(_)) => "gateway/update_conversation",
+        Some(In::RemoveConversation(_)) => "gateway/remove_conversation",
         Some(In::ReceiptCounts(_)) => "gateway/receipt_counts",
         Some(In::ReceiptReaders(_)) => "gateway/receipt_readers",
         Some(In::Presence(_)) => "gateway/presence",
@@ -237,6 +238,11 @@ impl Session {
                 .conversations(self.user(), request)
                 .await
                 .map(Body::Conversations),
+            Some(In::RemoveConversation(request)) => self
+                .backends
+                .remove_conversation(self.user(), request)
+                .await
+                .map(Body::Removed),
             Some(In::UpdateConversation(request)) => self
                 .backends
                 .update_conversation(self.user(), request)

@@ -163,6 +163,23 @@ impl SyncService for SyncApi {
         Ok(Response::new(settings_to_proto(&conversation_id, settings)))
     }
 
+    async fn remove_conversation(
+        &self,
+        request: Request<pb::RemoveConversationRequest>,
+    ) -> Result<Response<pb::ConversationRemoved>, Status> {
+        let user = identity::actor(&request)?.user()?;
+        let pb::RemoveConversationRequest { conversation_id } = request.into_inner();
+        let removed_seq = self
+            .inboxes
+            .remove_conversation(user, &conversation_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ConversationRemoved {
+            conversation_id,
+            removed_seq,
+        }))
+    }
+
     async fn receipt_counts(
         &self,
         request: Request<pb::ReceiptCountsRequest>,
@@ -298,8 +315,21 @@ pub const ENCODERS: crate::domain::Encoders = crate::domain::Encoders {
     read: encode_read,
     advanced: encode_advanced,
     settings: encode_settings,
+    removed: encode_removed,
     receipt: encode_receipt,
 };
+
+/// The encoded ConversationRemoved event (the domain's [`crate::domain::EncodeRemoved`]).
+pub fn encode_removed(conversation_id: &str, removed_seq: i64) -> bytes::Bytes {
+    pb::SyncEvent {
+        kind: Some(pb::sync_event::Kind::Removed(pb::ConversationRemoved {
+            conversation_id: conversation_id.to_owned(),
+            removed_seq,
+        })),
+    }
+    .encode_to_vec()
+    .into()
+}
 
 /// The encoded ReadMoved event (the domain's [`crate::domain::EncodeRead`]).
 pub fn encode_read(conversation_id: &str, user: i64, read_seq: i64) -> bytes::Bytes {

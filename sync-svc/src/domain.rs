@@ -22,8 +22,8 @@ mod receipts;
 
 pub use push::{MAX_OFFLINE_TARGETS, OfflineDecision, Preview, PushSettings};
 pub use reads::{
-    Change, ConversationPage, ConversationView, Cursor, EncodeRead, EncodeSettings, Mark, ReadMark,
-    Settings,
+    Change, ConversationPage, ConversationView, Cursor, EncodeRead, EncodeRemoved, EncodeSettings,
+    Mark, ReadMark, Settings,
 };
 pub use receipts::{Dirty, EncodeReceipt, FIRST_SLOT, MapMember, MemberMap, Receipt, ReceiptCount};
 
@@ -129,6 +129,7 @@ pub struct Encoders {
     pub read: EncodeRead,
     pub advanced: EncodeAdvanced,
     pub settings: EncodeSettings,
+    pub removed: EncodeRemoved,
     pub receipt: EncodeReceipt,
 }
 

@@ -521,5 +521,6 @@ fn body_field(body: &Body) -> u16 {
         Body::Hidden(_) => 22,
         Body::Reactions(_) => 23,
         Body::Reactors(_) => 24,
+        Body::Removed(_) => 25,
     }
 }

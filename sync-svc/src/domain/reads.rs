@@ -47,6 +47,8 @@ pub struct ConversationView {
     pub conversation_id: String,
     pub latest_seq: i64,
     pub read_seq: i64,
+    /// Taken off the user's list up to this seq (0: never).
+    pub removed_seq: i64,
     pub mentioned: bool,
     /// The encoded sync event of the latest message.
     pub last_event: Bytes,
@@ -71,10 +73,13 @@ pub struct Settings {
 
 /// Encodes the sync event telling a user's devices their settings of a conversation.
 pub type EncodeSettings = fn(conversation_id: &str, settings: Settings) -> Bytes;
+/// Encodes the sync event telling a user's devices a conversation left their list.
+pub type EncodeRemoved = fn(conversation_id: &str, removed_seq: i64) -> Bytes;
 
 impl ConversationView {
+    /// Messages after what the user read, or after where they removed the conversation.
     pub fn unread(&self) -> i64 {
-        (self.latest_seq - self.read_seq).max(0)
+        (self.latest_seq - self.read_seq.max(self.removed_seq)).max(0)
     }
 }
 
@@ -186,20 +191,7 @@ impl Inboxes {
         pinned: Option<bool>,
         muted: Option<bool>,
     ) -> Result<Settings, Error> {
-        if conversation_id.is_empty() || conversation_id.len() > 64 {
-            return Err(invalid("conversation_id", "must be 1–64 characters"));
-        }
-        let ids = [conversation_id];
-        let mut states = self.store.read_states(user, &ids).await?;
-        if states.is_empty() {
-            states = self.opened_states(user, &ids, &[]).await?;
-            let Some((_, read, _)) = states.first() else {
-                return Err(Error::NoConversation);
-            };
-            self.store
-                .raise_read(user, &[(conversation_id.to_owned(), *read)])
-                .await?;
-        }
+        self.own_latest_seq(user, conversation_id).await?;
         let settings = self
             .store
             .update_settings(user, conversation_id, pinned, muted)
@@ -213,6 +205,49 @@ impl Inboxes {
         };
         self.append(vec![event]).await?;
         Ok(settings)
+    }
+
+    /// Takes a conversation off `user`'s list up to its latest message (their view only)
+    /// and tells their devices; the seq it is removed up to.
+    pub async fn remove_conversation(
+        &self,
+        user: i64,
+        conversation_id: &str,
+    ) -> Result<i64, Error> {
+        let latest = self.own_latest_seq(user, conversation_id).await?;
+        let removed = self
+            .store
+            .remove_conversation(user, conversation_id, latest)
+            .await?;
+        let event = IncomingEvent {
+            event_id: format!("removed:{user}:{conversation_id}:{removed}"),
+            recipients: vec![user],
+            read_fanout_group: None,
+            payload: (self.encode.removed)(conversation_id, removed),
+            mark: None,
+        };
+        self.append(vec![event]).await?;
+        Ok(removed)
+    }
+
+    /// The latest seq of a conversation `user` has, opening their read state in a group
+    /// they belong to that has none yet (read fanout writes none per member).
+    async fn own_latest_seq(&self, user: i64, conversation_id: &str) -> Result<i64, Error> {
+        if conversation_id.is_empty() || conversation_id.len() > 64 {
+            return Err(invalid("conversation_id", "must be 1–64 characters"));
+        }
+        let ids = [conversation_id];
+        if let Some((_, _, latest)) = self.store.read_states(user, &ids).await?.first() {
+            return Ok(*latest);
+        }
+        let opened = self.opened_states(user, &ids, &[]).await?;
+        let Some((_, read, latest)) = opened.first() else {
+            return Err(Error::NoConversation);
+        };
+        self.store
+            .raise_read(user, &[(conversation_id.to_owned(), *read)])
+            .await?;
+        Ok(*latest)
     }
 
     /// Read states of group conversations `user` has none in yet but belongs to (read

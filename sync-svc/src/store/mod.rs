@@ -56,7 +56,7 @@ pub trait InboxStore: Send + Sync + 'static {
     /// read state where there is none.
     async fn raise_read(&self, user: i64, marks: &[(String, i64)]) -> Result<(), StoreError>;
     /// Up to `limit` of `user`'s conversations after `after`, by last activity, newest first
-    /// (`peer_read_seq` left 0).
+    /// (`peer_read_seq` left 0), leaving out those with nothing newer than their removed seq.
     async fn conversations(
         &self,
         user: i64,
@@ -74,8 +74,16 @@ pub trait InboxStore: Send + Sync + 'static {
         pinned: Option<bool>,
         muted: Option<bool>,
     ) -> Result<Settings, StoreError>;
-    /// Each of `users`' sum of unread counts outside muted conversations (the badge), 0
-    /// for those with none.
+    /// Raises `user`'s removed seq of a conversation they have a read state in to at least
+    /// `seq` (never lowers it); returns the stored removed seq.
+    async fn remove_conversation(
+        &self,
+        user: i64,
+        conversation_id: &str,
+        seq: i64,
+    ) -> Result<i64, StoreError>;
+    /// Each of `users`' sum of unread counts outside muted and removed conversations (the
+    /// badge), 0 for those with none.
     async fn unread_totals(&self, users: &[i64]) -> Result<HashMap<i64, i64>, StoreError>;
     /// `user`'s badge, as [`InboxStore::unread_totals`].
     async fn total_unread(&self, user: i64) -> Result<i64, StoreError> {

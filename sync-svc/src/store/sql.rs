@@ -261,6 +261,15 @@ impl InboxStore for SqlInboxStore {
         reads::update_settings(&self.db, user, conversation_id, pinned, muted).await
     }
 
+    async fn remove_conversation(
+        &self,
+        user: i64,
+        conversation_id: &str,
+        seq: i64,
+    ) -> Result<i64, StoreError> {
+        reads::remove_conversation(&self.db, user, conversation_id, seq).await
+    }
+
     async fn unread_totals(&self, users: &[i64]) -> Result<HashMap<i64, i64>, StoreError> {
         reads::unread_totals(&self.db, users).await
     }
@@ -323,6 +332,7 @@ impl MigratorTrait for Migrator {
             Box::new(push::CreatePushSettings),
             Box::new(imesh_kit::ids::lease::Migration),
             Box::new(reads::AddLastEdit),
+            Box::new(reads::AddRemovedSeq),
         ]
     }
 

@@ -324,6 +324,51 @@ async fn settings_are_stored_per_user_and_field() {
 }
 
 #[tokio::test]
+async fn a_removed_seq_never_goes_back_and_hides_the_conversation_until_a_newer_message() {
+    for (backend, store) in stores().await {
+        store
+            .append(&[
+                message(1, "d:1:2", 1, 1, &[1, 2]),
+                message(2, "d:1:2", 2, 1, &[1, 2]),
+            ])
+            .await
+            .unwrap();
+        let removed = store.remove_conversation(2, "d:1:2", 2).await;
+        assert_eq!(removed.unwrap(), 2, "{backend:?}");
+        assert_eq!(
+            store.remove_conversation(2, "d:1:2", 1).await.unwrap(),
+            2,
+            "{backend:?}: never lowered"
+        );
+        assert!(store.conversations(2, None, 10).await.unwrap().is_empty());
+        assert_eq!(store.total_unread(2).await.unwrap(), 0, "{backend:?}");
+        assert_eq!(
+            store.conversations(1, None, 10).await.unwrap().len(),
+            1,
+            "{backend:?}: the other member keeps it"
+        );
+        store
+            .append(&[message(3, "d:1:2", 3, 1, &[1, 2])])
+            .await
+            .unwrap();
+        let views = store.conversations(2, None, 10).await.unwrap();
+        assert_eq!(
+            views
+                .iter()
+                .map(|v| (v.removed_seq, v.unread()))
+                .collect::<Vec<_>>(),
+            vec![(2, 1)],
+            "{backend:?}"
+        );
+        assert_eq!(store.total_unread(2).await.unwrap(), 1, "{backend:?}");
+        assert!(matches!(
+            store.remove_conversation(2, "d:2:9", 5).await,
+            Err(StoreError::NotFound)
+        ));
+    }
+}
+
+#[tokio::test]
 async fn an_at_all_flags_members_even_when_a_later_message_shares_its_batch() {
     for (backend, store) in stores().await {
         let mut at_all = message(1, "g:9", 1, 1, &[1, 2]);

@@ -331,3 +331,67 @@ async fn settings_change_only_what_is_given_show_in_the_list_and_reach_the_users
         .unwrap();
     assert_eq!(unread(&inboxes, 4).await, vec![("g:70".into(), 1, false)]);
 }
+
+#[tokio::test]
+async fn a_removed_conversation_leaves_the_list_and_badge_until_a_newer_message_for_that_user_only()
+{
+    let (inboxes, _) = inboxes().await;
+    inboxes
+        .append(vec![
+            message("d:1:2", 1, 1, &[1, 2], &[], false),
+            message("d:1:2", 2, 1, &[1, 2], &[2], false),
+            message("d:2:3", 1, 3, &[2, 3], &[], false),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(inboxes.remove_conversation(2, "d:1:2").await.unwrap(), 2);
+    assert_eq!(unread(&inboxes, 2).await, vec![("d:2:3".into(), 1, false)]);
+    assert_eq!(
+        inboxes.conversations(2, "", 0).await.unwrap().total_unread,
+        1,
+        "the badge leaves it out"
+    );
+    assert_eq!(
+        unread(&inboxes, 1).await.len(),
+        1,
+        "the other member's list keeps it"
+    );
+    let (entries, _) = inboxes.pull(2, 0, 10).await.unwrap();
+    let told = entries.iter().any(|e| {
+        matches!(
+            pb::SyncEvent::decode(e.payload.clone()).ok().and_then(|e| e.kind),
+            Some(pb::sync_event::Kind::Removed(r)) if r.conversation_id == "d:1:2" && r.removed_seq == 2
+        )
+    });
+    assert!(told, "the user's devices hear of it");
+    assert!(
+        read_events(&inboxes, 1).await.is_empty(),
+        "nothing was marked read"
+    );
+
+    inboxes
+        .append(vec![message("d:1:2", 3, 1, &[1, 2], &[], false)])
+        .await
+        .unwrap();
+    let back = unread(&inboxes, 2).await;
+    assert!(
+        back.contains(&("d:1:2".into(), 1, false)),
+        "back with only the newer message unread, the old mention gone: {back:?}"
+    );
+    assert_eq!(
+        inboxes.remove_conversation(2, "d:1:2").await.unwrap(),
+        3,
+        "removed again up to its latest"
+    );
+    assert!(matches!(
+        inboxes.remove_conversation(2, "d:2:9").await,
+        Err(Error::NoConversation)
+    ));
+    assert!(matches!(
+        inboxes.remove_conversation(2, "").await,
+        Err(Error::Invalid {
+            field: "conversation_id",
+            ..
+        })
+    ));
+}

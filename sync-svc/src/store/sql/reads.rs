@@ -42,6 +42,8 @@ pub(super) enum ReadStates {
     MentionSeq,
     Pinned,
     Muted,
+    /// Left off the user's list up to this seq (0: never removed).
+    RemovedSeq,
 }
 
 /// The `(user, conversation)` read states this process knows exist, so a message to a
@@ -254,6 +256,7 @@ fn joined(user: i64) -> SelectStatement {
             (R::Table, R::MentionSeq),
             (R::Table, R::Pinned),
             (R::Table, R::Muted),
+            (R::Table, R::RemovedSeq),
         ])
         .columns([
             (C::Table, C::MaxSeq),
@@ -275,13 +278,16 @@ fn joined(user: i64) -> SelectStatement {
 
 fn view(row: &QueryResult) -> Result<ConversationView, DbErr> {
     let read_seq: i64 = row.try_get("", "read_seq")?;
+    let removed_seq: i64 = row.try_get("", "removed_seq")?;
     let mention_seq: i64 = row.try_get("", "mention_seq")?;
     let mention_all_seq: i64 = row.try_get("", "mention_all_seq")?;
     Ok(ConversationView {
         conversation_id: row.try_get("", "conversation_id")?,
         latest_seq: row.try_get("", "max_seq")?,
         read_seq,
-        mentioned: std::cmp::max(mention_seq, mention_all_seq) > read_seq,
+        removed_seq,
+        mentioned: std::cmp::max(mention_seq, mention_all_seq)
+            > std::cmp::max(read_seq, removed_seq),
         last_event: row.try_get::<Vec<u8>>("", "last_event")?.into(),
         updated_at_ms: row.try_get("", "updated_at_ms")?,
         last_recalled_by: row.try_get("", "last_recalled_by")?,
@@ -387,6 +393,9 @@ pub(super) async fn conversations(
 ) -> Result<Vec<ConversationView>, StoreError> {
     use ConversationStates as C;
     let mut stmt = joined(user);
+    stmt.and_where(
+        Expr::col((C::Table, C::MaxSeq)).gt(Expr::col((ReadStates::Table, ReadStates::RemovedSeq))),
+    );
     if let Some(after) = after {
         let at = Expr::col((C::Table, C::UpdatedAtMs));
         stmt.cond_where(
@@ -475,6 +484,31 @@ pub(super) async fn update_settings(
     })
 }
 
+pub(super) async fn remove_conversation(
+    db: &DatabaseConnection,
+    user: i64,
+    conversation_id: &str,
+    seq: i64,
+) -> Result<i64, StoreError> {
+    use ReadStates as R;
+    let raise = Query::update()
+        .table(R::Table)
+        .value(R::RemovedSeq, seq)
+        .and_where(Expr::col(R::UserId).eq(user))
+        .and_where(Expr::col(R::ConversationId).eq(conversation_id))
+        .and_where(Expr::col(R::RemovedSeq).lt(seq))
+        .to_owned();
+    db.execute(&raise).await?;
+    let read = Query::select()
+        .column(R::RemovedSeq)
+        .from(R::Table)
+        .and_where(Expr::col(R::UserId).eq(user))
+        .and_where(Expr::col(R::ConversationId).eq(conversation_id))
+        .to_owned();
+    let row = db.query_one(&read).await?.ok_or(StoreError::NotFound)?;
+    Ok(row.try_get("", "removed_seq")?)
+}
+
 pub(super) async fn unread_totals(
     db: &DatabaseConnection,
     users: &[i64],
@@ -486,7 +520,11 @@ pub(super) async fn unread_totals(
     }
     // Muted conversations count for nothing: do not disturb means no badge either.
     let stmt = Query::select()
-        .columns([(R::Table, R::UserId), (R::Table, R::ReadSeq)])
+        .columns([
+            (R::Table, R::UserId),
+            (R::Table, R::ReadSeq),
+            (R::Table, R::RemovedSeq),
+        ])
         .column((C::Table, C::MaxSeq))
         .from(R::Table)
         .inner_join(
@@ -495,6 +533,7 @@ pub(super) async fn unread_totals(
         )
         .and_where(Expr::col((R::Table, R::UserId)).is_in(users.iter().copied()))
         .and_where(Expr::col((C::Table, C::MaxSeq)).gt(Expr::col((R::Table, R::ReadSeq))))
+        .and_where(Expr::col((C::Table, C::MaxSeq)).gt(Expr::col((R::Table, R::RemovedSeq))))
         .and_where(Expr::col((R::Table, R::Muted)).eq(false))
         .to_owned();
     let rows = db.query_all(&stmt).await?;
@@ -503,7 +542,8 @@ pub(super) async fn unread_totals(
         let user: i64 = row.try_get("", "user_id")?;
         let latest: i64 = row.try_get("", "max_seq")?;
         let read: i64 = row.try_get("", "read_seq")?;
-        *totals.entry(user).or_default() += latest - read;
+        let removed: i64 = row.try_get("", "removed_seq")?;
+        *totals.entry(user).or_default() += latest - std::cmp::max(read, removed);
     }
     Ok(totals)
 }
@@ -582,5 +622,21 @@ impl MigrationTrait for AddLastEdit {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let column = blob_null(ConversationStates::LastEdit);
         imesh_kit::sql::add_columns(manager, ConversationStates::Table, [column]).await
+    }
+}
+
+pub(super) struct AddRemovedSeq;
+
+impl MigrationName for AddRemovedSeq {
+    fn name(&self) -> &str {
+        "m20261205_000008_conversation_removed_seq"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for AddRemovedSeq {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let column = big_integer(ReadStates::RemovedSeq).default(0).to_owned();
+        imesh_kit::sql::add_columns(manager, ReadStates::Table, [column]).await
     }
 }
