@@ -13,7 +13,8 @@ use imesh_protos::{
         ClearHistoryRequest, DeleteForMeRequest, EditRequest, EditResponse, HiddenForMe,
         HistoryRequest, HistoryResponse, ListPinsRequest, ListReactorsRequest,
         ListReactorsResponse, PinRequest, PinsResponse, ReactRequest, ReactionsResponse,
-        RecallRequest, RecallResponse, message_service_client::MessageServiceClient,
+        RecallRequest, RecallResponse, SearchRequest, SearchResponse,
+        message_service_client::MessageServiceClient,
     },
     notify::{
         Device, OfflineRequest, OnlineRequest, QueryPresenceRequest, QueryPresenceResponse,
@@ -214,6 +215,15 @@ impl Backends {
             .list_reactors(request)
             .await?
             .into_inner())
+    }
+
+    pub async fn search(
+        &self,
+        user: i64,
+        request: SearchRequest,
+    ) -> Result<SearchResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self.message.clone().search(request).await?.into_inner())
     }
 
     pub async fn mark_read(

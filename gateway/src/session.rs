@@ -84,6 +84,7 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
         Some(In::DeleteForMe(_)) => "gateway/delete_for_me",
         Some(In::ClearHistory(_)) => "gateway/clear_history",
         Some(In::React(_)) => "gateway/react",
+        Some(In::Search(_)) => "gateway/search",
         Some(In::ListReactors(_)) => "gateway/list_reactors",
         Some(In::MarkRead(_)) => "gateway/mark_read",
         Some(In::Conversations(_)) => "gateway/conversations",
@@ -218,6 +219,11 @@ impl Session {
                 .clear_history(self.user(), request)
                 .await
                 .map(Body::Hidden),
+            Some(In::Search(request)) => self
+                .backends
+                .search(self.user(), request)
+                .await
+                .map(Body::Search),
             Some(In::React(request)) => self
                 .backends
                 .react(self.user(), request)

@@ -246,6 +246,32 @@ impl MessageService for MessageApi {
         }))
     }
 
+    async fn search(
+        &self,
+        request: Request<pb::SearchRequest>,
+    ) -> Result<Response<pb::SearchResponse>, Status> {
+        let by = sender(&request)?;
+        let pb::SearchRequest {
+            query,
+            conversation_id,
+            before_msg_id,
+            limit,
+        } = request.into_inner();
+        let page = self
+            .messages
+            .search(by, &query, &conversation_id, before_msg_id, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::SearchResponse {
+            messages: page
+                .messages
+                .iter()
+                .map(crate::events::message_to_proto)
+                .collect(),
+            next_before_msg_id: page.next_before,
+        }))
+    }
+
     async fn delete_for_me(
         &self,
         request: Request<pb::DeleteForMeRequest>,

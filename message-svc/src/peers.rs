@@ -5,7 +5,7 @@ use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     group::{
         CheckSendRequest, GetGroupRequest, GetMembersRequest, Group, GroupStatus, GroupType,
-        MemberIdsRequest, MemberStatus, MembershipRequest,
+        ListMyGroupsRequest, MemberIdsRequest, MemberStatus, MembershipRequest,
         group_service_client::GroupServiceClient,
     },
     relation::{
@@ -264,6 +264,27 @@ impl GroupGate for GroupServiceGate {
             }
             Err(status) => Err(status.into()),
         }
+    }
+
+    async fn groups_of(&self, user: i64, max: usize) -> anyhow::Result<Vec<i64>> {
+        let mut groups = Vec::new();
+        let mut cursor = 0;
+        while groups.len() < max {
+            let request = ListMyGroupsRequest { cursor, limit: 200 };
+            let page = self
+                .client
+                .clone()
+                .list_my_groups(self.caller.request(Actor::User(user), request))
+                .await?
+                .into_inner();
+            groups.extend(page.groups.iter().map(|g| g.group_id));
+            if page.next_cursor == 0 {
+                break;
+            }
+            cursor = page.next_cursor;
+        }
+        groups.truncate(max);
+        Ok(groups)
     }
 
     async fn visibility(

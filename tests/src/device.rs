@@ -522,5 +522,6 @@ fn body_field(body: &Body) -> u16 {
         Body::Reactions(_) => 23,
         Body::Reactors(_) => 24,
         Body::Removed(_) => 25,
+        Body::Search(_) => 26,
     }
 }

@@ -13,12 +13,14 @@ mod content;
 mod rate;
 mod react;
 mod read;
+mod search;
 mod send;
 mod types;
 
 pub use content::{Content, Media, MediaKind, Notice};
 pub use rate::{RateLimited, RateLimits};
 pub use read::HistoryPage;
+pub use search::{SearchPage, SearchScope};
 pub use send::{MAX_SEND_BATCH, NoticeCommand, NoticeOutcome, NoticeTarget, SendCommand};
 pub use types::{
     Conversation, ConversationId, Forwarded, Hidden, Mentions, Message, MovedReactions, Pin,
@@ -162,6 +164,8 @@ pub trait GroupGate: Send + Sync + 'static {
     ) -> anyhow::Result<Vec<i64>>;
     /// Whether `user` is a current member holding every bit of `permission`.
     async fn holds(&self, group: i64, user: i64, permission: u32) -> anyhow::Result<bool>;
+    /// The groups `user` belongs to now, at most `max`.
+    async fn groups_of(&self, user: i64, max: usize) -> anyhow::Result<Vec<i64>>;
     /// The seqs of the group's conversation `user` may read: after their join seq and, once
     /// they left, up to their leave seq. `None` when they never were a member.
     async fn visibility(&self, group: i64, user: i64)

@@ -103,6 +103,15 @@ impl GroupGate for Groups {
         Ok((group, user) == (7, 2) && permission & !(RECALL_OTHER | PIN) == 0)
     }
 
+    /// User 1 is in groups 7 and 70, user 2 in 7; user 3 left 7.
+    async fn groups_of(&self, user: i64, _: usize) -> anyhow::Result<Vec<i64>> {
+        Ok(match user {
+            1 => vec![7, 70],
+            2 => vec![7],
+            _ => vec![],
+        })
+    }
+
     async fn visibility(
         &self,
         group: i64,
@@ -1037,5 +1046,90 @@ async fn reactions_reach_a_direct_conversation_at_once_and_a_large_group_as_flus
     assert!(
         matches!(unseen, Error::NoMessage),
         "sent before user 2 joined"
+    );
+}
+
+#[tokio::test]
+async fn search_shows_each_reader_only_what_they_may_read_and_did_not_hide() {
+    let (messages, _) = messages().await;
+    let to_group = |id: &str, text: &str| SendCommand {
+        client_msg_id: id.into(),
+        to: Some(Target::Group(7)),
+        content: Some(Content::Text(text.into())),
+        ..SendCommand::default()
+    };
+    // Group 7: user 2 joined after seq 1; user 3 left after seq 2.
+    let early = messages
+        .send(u(1), to_group("g1", "budget draft"))
+        .await
+        .unwrap();
+    let late = messages
+        .send(u(1), to_group("g2", "budget final"))
+        .await
+        .unwrap();
+    let direct = messages
+        .send(u(2), text("d1", 1, "budget question"))
+        .await
+        .unwrap();
+    let found = |page: SearchPage| -> Vec<i64> { page.messages.iter().map(|m| m.msg_id).collect() };
+    let everywhere = messages.search(u(1), "Budget", "", 0, 0).await.unwrap();
+    assert_eq!(
+        found(everywhere),
+        vec![direct.msg_id, late.msg_id, early.msg_id],
+        "user 1 reads all of it, newest first"
+    );
+    let joined_late = messages.search(u(2), "budget", "", 0, 0).await.unwrap();
+    assert_eq!(
+        found(joined_late),
+        vec![direct.msg_id, late.msg_id],
+        "nothing from before user 2 joined"
+    );
+    let paged = messages.search(u(1), "budget", "", 0, 1).await.unwrap();
+    assert_eq!(paged.next_before, direct.msg_id);
+    let next = messages
+        .search(u(1), "budget", "", paged.next_before, 1)
+        .await
+        .unwrap();
+    assert_eq!(found(next), vec![late.msg_id], "the next page");
+    messages
+        .delete_for_me(u(1), "g:7", vec![late.seq])
+        .await
+        .unwrap();
+    let in_group = messages.search(u(1), "budget", "g:7", 0, 0).await.unwrap();
+    assert_eq!(
+        (found(in_group.clone()), in_group.next_before),
+        (vec![early.msg_id], 0),
+        "one conversation, without what user 1 hid"
+    );
+    assert!(matches!(
+        messages
+            .search(u(3), "budget", &direct.conversation_id, 0, 0)
+            .await,
+        Err(Error::NotParticipant)
+    ));
+    for (query, field) in [
+        ("", "query"),
+        ("?!", "query"),
+        ("a b c d e f g h i", "query"),
+    ] {
+        let err = messages.search(u(1), query, "", 0, 0).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Invalid { field: f, .. } if f == field),
+            "{query:?}: {err:?}"
+        );
+    }
+    let system = messages
+        .search(Sender::System, "budget", "", 0, 0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            system,
+            Error::Invalid {
+                field: "conversation_id",
+                ..
+            }
+        ),
+        "{system:?}"
     );
 }

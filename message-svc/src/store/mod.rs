@@ -5,7 +5,7 @@ use imesh_kit::{error::StoreError, outbox::OutboxRow};
 
 use crate::domain::{
     Content, Hidden, Message, MovedReactions, Pin, PinOutcome, ReactOutcome, ReactionChange,
-    ReactionCount, Sent,
+    ReactionCount, SearchScope, Sent,
 };
 
 mod commits;
@@ -159,6 +159,16 @@ pub trait MessageStore: Send + Sync + 'static {
         moved: &[MovedReactions],
         events: Vec<OutboxRow>,
     ) -> Result<(), StoreError>;
+    /// Up to `limit` text messages within `scope` that hold every one of `terms` (lower
+    /// case words) as the backend's full-text index splits words, not recalled, with a msg
+    /// id below `before` (0: any), newest first.
+    async fn search(
+        &self,
+        terms: &[String],
+        scope: &SearchScope,
+        before: i64,
+        limit: u32,
+    ) -> Result<Vec<Message>, StoreError>;
     /// The highest seq stored in a conversation, 0 for none.
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError>;
 }

@@ -17,10 +17,11 @@ use super::{
 };
 use crate::domain::{
     Content, Hidden, MediaKind, Mentions, Message, MovedReactions, Pin, PinOutcome, ReactOutcome,
-    ReactionChange, ReactionCount, Sent,
+    ReactionChange, ReactionCount, SearchScope, Sent,
 };
 
 mod reactions;
+mod search;
 
 #[allow(unreachable_pub)]
 mod messages {
@@ -660,6 +661,16 @@ impl MessageStore for SqlMessageStore {
         reactions::forget_moved(&self.db, moved, events).await
     }
 
+    async fn search(
+        &self,
+        terms: &[String],
+        scope: &SearchScope,
+        before: i64,
+        limit: u32,
+    ) -> Result<Vec<Message>, StoreError> {
+        search::search(&self.db, terms, scope, before, limit).await
+    }
+
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError> {
         let backend = self.db.get_database_backend();
         let stmt = Query::select()
@@ -695,6 +706,7 @@ impl MigratorTrait for Migrator {
             Box::new(CreatePins),
             Box::new(CreateHidden),
             Box::new(reactions::CreateReactions),
+            Box::new(search::CreateSearch),
         ]
     }
 

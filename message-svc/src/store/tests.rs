@@ -618,3 +618,80 @@ async fn a_moved_mark_is_forgotten_only_at_the_count_it_was_read_at() {
         );
     }
 }
+
+#[tokio::test]
+async fn search_finds_text_holding_every_word_within_its_scope_and_follows_edits_and_recalls() {
+    use crate::domain::SearchScope;
+    for (backend, store, _) in stores().await {
+        let said = |msg_id, conversation: &str, seq, text: &str| Message {
+            conversation_id: conversation.into(),
+            content: Content::Text(text.into()),
+            ..message(msg_id, seq, &format!("c{msg_id}"))
+        };
+        let custom = Message {
+            content: Content::Custom("{\"pizza\":\"tonight\"}".into()),
+            ..message(13, 3, "c13")
+        };
+        for (m, id) in [
+            (said(11, "d:1:2", 1, "Pizza TONIGHT at eight?"), 11),
+            (said(12, "d:1:2", 2, "no pizza for me"), 12),
+            (custom, 13),
+            (said(14, "g:7", 1, "pizza party"), 14),
+            (said(15, "d:3:4", 1, "pizza elsewhere"), 15),
+            (said(16, "g:8", 1, "pizza in a group user 1 left"), 16),
+        ] {
+            store.append(&m, event(id)).await.unwrap();
+        }
+        let words = |text: &str| -> Vec<String> { text.split(' ').map(String::from).collect() };
+        let mine = SearchScope::User {
+            user: 1,
+            groups: vec![7],
+        };
+        let ids = |found: Vec<Message>| -> Vec<i64> { found.iter().map(|m| m.msg_id).collect() };
+        let search = |terms: Vec<String>, scope: SearchScope, before| {
+            let store = store.clone();
+            async move { ids(store.search(&terms, &scope, before, 10).await.unwrap()) }
+        };
+        assert_eq!(
+            search(words("pizza"), mine.clone(), 0).await,
+            vec![14, 12, 11],
+            "{backend:?}: newest first, the user's conversations only, text only"
+        );
+        assert_eq!(
+            search(words("pizza tonight"), mine.clone(), 0).await,
+            vec![11],
+            "{backend:?}: every word, any case"
+        );
+        assert_eq!(
+            search(words("pizza"), mine.clone(), 12).await,
+            vec![11],
+            "{backend:?}: below the cursor"
+        );
+        let later = SearchScope::Conversation {
+            conversation_id: "d:1:2".into(),
+            after: 1,
+            up_to: i64::MAX,
+        };
+        assert_eq!(
+            search(words("pizza"), later, 0).await,
+            vec![12],
+            "{backend:?}: within the seq range"
+        );
+        store.recall("d:1:2", 2, 1, 5, event(20)).await.unwrap();
+        let burgers = Content::Text("burgers tonight".into());
+        store
+            .edit("d:1:2", 1, &burgers, 2, 6, event(21))
+            .await
+            .unwrap();
+        assert_eq!(
+            search(words("pizza"), mine.clone(), 0).await,
+            vec![14],
+            "{backend:?}: recalled and edited away"
+        );
+        assert_eq!(
+            search(words("burgers"), mine, 0).await,
+            vec![11],
+            "{backend:?}: the edit is found"
+        );
+    }
+}

@@ -28,6 +28,7 @@ mod receipts;
 mod references;
 mod relations;
 mod replicas;
+mod search;
 mod sessions;
 mod slice;
 mod tcp;

@@ -1,0 +1,121 @@
+//! Full-text search of text messages with each database's own index: an FTS5 table kept by
+//! triggers on SQLite (contentless: it keeps the index, not a second copy of the text), a
+//! GIN index over `to_tsvector('simple', body)` on PostgreSQL, a FULLTEXT index on MySQL.
+//! Words are split by each backend's rules (Unicode letters and digits; none of them
+//! segments CJK text into words).
+
+use imesh_kit::error::StoreError;
+use sea_orm::{
+    ColumnTrait, Condition, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait,
+    QueryFilter, QueryOrder, QuerySelect,
+};
+use sea_orm_migration::prelude::*;
+
+use super::{Kind, messages, to_message};
+use crate::domain::{Message, SearchScope};
+
+pub(super) async fn search(
+    db: &DatabaseConnection,
+    terms: &[String],
+    scope: &SearchScope,
+    before: i64,
+    limit: u32,
+) -> Result<Vec<Message>, StoreError> {
+    use messages::Column as C;
+    let matching = match db.get_database_backend() {
+        DatabaseBackend::Sqlite => {
+            let phrase: Vec<String> = terms.iter().map(|t| format!("\"{t}\"")).collect();
+            Expr::cust_with_values(
+                "msg_id IN (SELECT rowid FROM message_search WHERE message_search MATCH ?)",
+                [phrase.join(" ")],
+            )
+        }
+        DatabaseBackend::Postgres => Expr::cust_with_values(
+            "to_tsvector('simple', body) @@ plainto_tsquery('simple', $1)",
+            [terms.join(" ")],
+        ),
+        // MySQL and MariaDB.
+        _ => {
+            let required: Vec<String> = terms.iter().map(|t| format!("+\"{t}\"")).collect();
+            Expr::cust_with_values(
+                "MATCH (body) AGAINST (? IN BOOLEAN MODE)",
+                [required.join(" ")],
+            )
+        }
+    };
+    let within = match scope {
+        SearchScope::Conversation {
+            conversation_id,
+            after,
+            up_to,
+        } => Condition::all()
+            .add(C::ConversationId.eq(conversation_id.as_str()))
+            .add(C::Seq.gt(*after))
+            .add(C::Seq.lte(*up_to)),
+        SearchScope::User { user, groups } => {
+            let mut own: Vec<String> = groups.iter().map(|g| format!("g:{g}")).collect();
+            own.push(format!("s:{user}"));
+            Condition::any()
+                .add(C::ConversationId.is_in(own))
+                .add(C::ConversationId.like(format!("d:{user}:%")))
+                .add(C::ConversationId.like(format!("d:%:{user}")))
+        }
+    };
+    let mut find = messages::Entity::find()
+        .filter(C::Kind.eq(Kind::Text as i16))
+        .filter(C::RecalledBy.eq(0))
+        .filter(matching)
+        .filter(within);
+    if before > 0 {
+        find = find.filter(C::MsgId.lt(before));
+    }
+    let rows = find
+        .order_by(C::MsgId, sea_orm::Order::Desc)
+        .limit(u64::from(limit))
+        .all(db)
+        .await?;
+    rows.into_iter().map(to_message).collect()
+}
+
+pub(super) struct CreateSearch;
+
+impl MigrationName for CreateSearch {
+    fn name(&self) -> &str {
+        "m20261205_000011_message_search"
+    }
+}
+
+/// SQLite's index: an FTS5 table by msg id, kept by triggers on every write path (the
+/// group commit's multi-row inserts, edits, recalls), filled from what is stored already.
+const SQLITE: [&str; 5] = [
+    "CREATE VIRTUAL TABLE IF NOT EXISTS message_search USING fts5(body, content='', contentless_delete=1)",
+    "INSERT INTO message_search(rowid, body) SELECT msg_id, body FROM messages WHERE kind = 1 AND recalled_by = 0",
+    "CREATE TRIGGER IF NOT EXISTS message_search_insert AFTER INSERT ON messages \
+     WHEN new.kind = 1 AND new.recalled_by = 0 \
+     BEGIN INSERT INTO message_search(rowid, body) VALUES (new.msg_id, new.body); END",
+    "CREATE TRIGGER IF NOT EXISTS message_search_update AFTER UPDATE OF kind, body, recalled_by ON messages \
+     BEGIN DELETE FROM message_search WHERE rowid = old.msg_id; \
+     INSERT INTO message_search(rowid, body) SELECT new.msg_id, new.body \
+     WHERE new.kind = 1 AND new.recalled_by = 0; END",
+    "CREATE TRIGGER IF NOT EXISTS message_search_delete AFTER DELETE ON messages \
+     BEGIN DELETE FROM message_search WHERE rowid = old.msg_id; END",
+];
+
+#[async_trait::async_trait]
+impl MigrationTrait for CreateSearch {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        let statements: &[&str] = match db.get_database_backend() {
+            DatabaseBackend::Sqlite => &SQLITE,
+            DatabaseBackend::Postgres => &[
+                "CREATE INDEX IF NOT EXISTS messages_body_search ON messages \
+                 USING GIN (to_tsvector('simple', body)) WHERE kind = 1",
+            ],
+            _ => &["CREATE FULLTEXT INDEX messages_body_search ON messages (body)"],
+        };
+        for statement in statements {
+            db.execute_unprepared(statement).await?;
+        }
+        Ok(())
+    }
+}
