@@ -308,3 +308,29 @@ impl Default for TelemetryConfig {
         }
     }
 }
+
+/// An HTTP(S) endpoint of the company's app server that imesh calls: every body is signed
+/// with HMAC-SHA256 under `secret` (see [`crate::hooks`]). Off while `url` is empty.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct HookConfig {
+    /// `https://…` (or `http://…` on a trusted network); empty: off.
+    pub url: String,
+    /// The key both sides hold; at least 16 characters when `url` is set.
+    pub secret: Secret,
+    /// How long one call may take.
+    pub timeout_ms: u64,
+    /// Extra CA certificates (PEM) to trust besides the public roots, e.g. a company CA.
+    pub ca_file: String,
+}
+
+impl Default for HookConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            secret: Secret::default(),
+            timeout_ms: 2_000,
+            ca_file: String::new(),
+        }
+    }
+}

@@ -23,6 +23,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod grpc;
+pub mod hooks;
 pub mod identity;
 pub mod ids;
 pub mod metrics;

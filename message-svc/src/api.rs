@@ -427,7 +427,11 @@ fn status(err: Error) -> Status {
         Error::EditRefused(_) | Error::PinsFull | Error::ReactRecalled | Error::ReactionsFull => {
             Status::failed_precondition(err.to_string())
         }
-        Error::PinRefused(_) => Status::permission_denied(err.to_string()),
+        Error::PinRefused(_) | Error::HookRefused(_) => Status::permission_denied(err.to_string()),
+        Error::HookUnavailable(ref e) => {
+            tracing::error!(error = %format!("{e:#}"), "the before-send hook failed");
+            Status::unavailable(err.to_string())
+        }
         Error::Refused(_) | Error::NoticeForbidden => Status::permission_denied(err.to_string()),
         Error::RateLimited(_) | Error::Overloaded(_) => {
             let wait = retry_after_ms(&err).unwrap_or(0);

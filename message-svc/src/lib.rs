@@ -15,6 +15,7 @@
 pub mod api;
 pub mod domain;
 pub mod events;
+pub mod hooks;
 pub mod keys;
 pub mod peers;
 pub mod store;
@@ -65,6 +66,11 @@ pub struct Config {
     /// Sends are refused with RESOURCE_EXHAUSTED while the outbox relay has been behind
     /// for longer than this: past capacity, delivery latency stays bounded.
     pub max_relay_lag_ms: u64,
+    /// The app server's before-send hook (off while its URL is empty).
+    pub before_send: imesh_kit::config::HookConfig,
+    /// When the hook cannot be asked (timeout, error, a bad answer): store the message
+    /// anyway (true), or refuse the send with UNAVAILABLE (false).
+    pub before_send_fail_open: bool,
     /// Groups with more members hear of reactions as a message's counts, at most once per
     /// `reaction_flush_ms`, instead of one event per reaction.
     pub reaction_coalesce_members: usize,
@@ -107,6 +113,8 @@ impl Default for Config {
             write_fanout_max_members: 2000,
             receipt_max_members: 2000,
             max_relay_lag_ms: 2_000,
+            before_send: imesh_kit::config::HookConfig::default(),
+            before_send_fail_open: true,
             reaction_coalesce_members: 100,
             reaction_flush_ms: 1_000,
         }
@@ -168,6 +176,13 @@ impl Service {
         );
         let directory =
             peers::RelationDirectory::new(peers.channel(&config.relation_addr)?, caller);
+        let before_send =
+            imesh_kit::hooks::Hook::new("before_send", &config.before_send)?.map(|hook| {
+                domain::BeforeSendHook {
+                    hook: Arc::new(hooks::AppServerCheck(hook)),
+                    fail_open: config.before_send_fail_open,
+                }
+            });
         let messages = domain::Messages::new(
             Arc::new(store::sql::SqlMessageStore::handing_off(
                 db.clone(),
@@ -176,6 +191,7 @@ impl Service {
             domain::Peers {
                 relations: Arc::new(directory),
                 groups: Arc::new(groups),
+                before_send,
             },
             domain::Parts {
                 seqs: Arc::new(seqs),

@@ -54,6 +54,12 @@ pub enum Error {
     ReactRecalled,
     #[error("emoji: the message carries {MAX_EMOJIS} different reactions already")]
     ReactionsFull,
+    /// The app server's before-send hook refused the message, for this reason.
+    #[error("content: refused by the app server: {0}")]
+    HookRefused(String),
+    /// The before-send hook could not be asked and it fails closed.
+    #[error("the app server's before-send hook did not answer")]
+    HookUnavailable(#[source] anyhow::Error),
     #[error("content.notice: only internal callers (the system actor) send notices")]
     NoticeForbidden,
     #[error(transparent)]
@@ -172,10 +178,37 @@ pub trait GroupGate: Send + Sync + 'static {
     -> anyhow::Result<Option<(i64, Option<i64>)>>;
 }
 
-/// The services message-svc asks before storing: relation-svc and group-svc.
+/// The services message-svc asks before storing: relation-svc and group-svc, and the
+/// company's app server when a before-send hook is set.
 pub struct Peers {
     pub relations: Arc<dyn Directory>,
     pub groups: Arc<dyn GroupGate>,
+    pub before_send: Option<BeforeSendHook>,
+}
+
+/// The app server's say on a user's message before it is stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    /// Refused, with the reason the sender sees.
+    Reject(String),
+    /// Stored with this content instead (checked as sent content is).
+    Replace(Content),
+}
+
+/// The app server's before-send hook.
+#[async_trait::async_trait]
+pub trait BeforeSend: Send + Sync + 'static {
+    /// The verdict on `message` (no msg id or seq yet); `Err` when it could not be asked.
+    async fn check(&self, message: &Message) -> anyhow::Result<Verdict>;
+}
+
+/// A before-send hook and what a send does when it cannot be asked.
+#[derive(Clone)]
+pub struct BeforeSendHook {
+    pub hook: Arc<dyn BeforeSend>,
+    /// Store the message anyway (true) or refuse it with UNAVAILABLE (false).
+    pub fail_open: bool,
 }
 
 /// Most messages one history page holds.

@@ -10,7 +10,7 @@ use imesh_kit::{error::StoreError, outbox::OutboxRow};
 use super::{
     AT_ALL, Audience, Content, Conversation, ConversationId, DirectPolicy, Error, Gated,
     GroupRefusal, MAX_MENTIONS, Mentions, Message, Messages, PeerRelation, Sender, Sent, Target,
-    direct_conversation, invalid, types::parse_client_msg_id,
+    Verdict, direct_conversation, invalid, types::parse_client_msg_id,
 };
 
 #[derive(Default)]
@@ -282,6 +282,9 @@ impl Messages {
         let mut message = compose(sender, client_msg_id, conversation, content, mentions);
         message.reply = reply;
         message.forwarded = forwarded;
+        if let Sender::User(_) = sender {
+            self.before_send(&mut message).await?;
+        }
         if receipt {
             message.receipt_bound = self.receipt_bound(&gated)?;
         }
@@ -289,6 +292,28 @@ impl Messages {
             message,
             audience: gated.audience,
         })
+    }
+
+    /// Asks the app server's before-send hook, if one is set, about a user's message: it
+    /// may let it through, refuse it, or replace its content.
+    async fn before_send(&self, message: &mut Message) -> Result<(), Error> {
+        let Some(hook) = &self.peers.before_send else {
+            return Ok(());
+        };
+        match hook.hook.check(message).await {
+            Ok(Verdict::Allow) => Ok(()),
+            Ok(Verdict::Reject(reason)) => Err(Error::HookRefused(reason)),
+            Ok(Verdict::Replace(content)) => {
+                let sender = Sender::User(message.sender_id);
+                message.content = self.checked_content(sender, Some(content))?;
+                Ok(())
+            }
+            Err(e) if hook.fail_open => {
+                tracing::warn!(error = %format!("{e:#}"), "before-send hook failed; sending anyway (fail open)");
+                Ok(())
+            }
+            Err(e) => Err(Error::HookUnavailable(e)),
+        }
     }
 
     /// The map bound a receipt message records, when its group is small enough to count.

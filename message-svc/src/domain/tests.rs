@@ -139,14 +139,15 @@ async fn messages_with(direct_policy: DirectPolicy) -> (Messages, SqlOutbox) {
 }
 
 async fn build(direct_policy: DirectPolicy, rates: RateLimits) -> (Messages, SqlOutbox) {
-    build_behind(direct_policy, rates, Backlog::default()).await
+    build_behind(direct_policy, rates, Backlog::default(), None).await
 }
 
-/// [`build`] with the outbox relay's backlog given.
+/// [`build`] with the outbox relay's backlog and a before-send hook given.
 async fn build_behind(
     direct_policy: DirectPolicy,
     rates: RateLimits,
     backlog: Backlog,
+    before_send: Option<BeforeSendHook>,
 ) -> (Messages, SqlOutbox) {
     let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
     let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
@@ -162,6 +163,7 @@ async fn build_behind(
         Peers {
             relations: Arc::new(Users),
             groups: Arc::new(Groups),
+            before_send,
         },
         Parts {
             seqs: Arc::new(seqs),
@@ -267,6 +269,7 @@ async fn sends_are_refused_while_delivery_is_too_far_behind() {
         DirectPolicy::Anyone,
         RateLimits::unlimited(),
         backlog.clone(),
+        None,
     )
     .await;
     messages.send(u(1), text("c1", 2, "hi")).await.unwrap();
@@ -1132,4 +1135,62 @@ async fn search_shows_each_reader_only_what_they_may_read_and_did_not_hide() {
         ),
         "{system:?}"
     );
+}
+
+/// An app server that refuses "spam", masks "darn" and cannot answer about "boom".
+struct Moderator;
+
+#[async_trait::async_trait]
+impl BeforeSend for Moderator {
+    async fn check(&self, message: &Message) -> anyhow::Result<Verdict> {
+        let Content::Text(text) = &message.content else {
+            return Ok(Verdict::Allow);
+        };
+        Ok(match text.as_str() {
+            "spam" => Verdict::Reject("no ads here".into()),
+            "darn" => Verdict::Replace(Content::Text("d**n".into())),
+            "boom" => anyhow::bail!("the app server timed out"),
+            _ => Verdict::Allow,
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_before_send_hook_allows_refuses_or_replaces_and_fails_as_configured() {
+    for fail_open in [false, true] {
+        let hook = BeforeSendHook {
+            hook: Arc::new(Moderator),
+            fail_open,
+        };
+        let (messages, _) = build_behind(
+            DirectPolicy::Anyone,
+            RateLimits::unlimited(),
+            Backlog::default(),
+            Some(hook),
+        )
+        .await;
+        messages.send(u(1), text("a", 2, "hello")).await.unwrap();
+        let refused = messages.send(u(1), text("b", 2, "spam")).await.unwrap_err();
+        assert!(
+            matches!(&refused, Error::HookRefused(reason) if reason == "no ads here"),
+            "{refused:?}"
+        );
+        let masked = messages.send(u(1), text("c", 2, "darn")).await.unwrap();
+        let stored = messages
+            .history(u(2), &masked.conversation_id, HistoryPage::Before(0), 1)
+            .await
+            .unwrap()
+            .0;
+        assert_eq!(stored[0].content, Content::Text("d**n".into()));
+        let unanswered = messages.send(u(1), text("d", 2, "boom")).await;
+        match fail_open {
+            true => assert!(unanswered.is_ok(), "fail open sends: {unanswered:?}"),
+            false => assert!(
+                matches!(unanswered, Err(Error::HookUnavailable(_))),
+                "fail closed refuses: {unanswered:?}"
+            ),
+        }
+        let notice = messages.send(Sender::System, text("e", 2, "spam")).await;
+        assert!(notice.is_ok(), "the system actor is not asked: {notice:?}");
+    }
 }
