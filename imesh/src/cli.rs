@@ -60,6 +60,9 @@ struct UpSettings {
     gateway: gateway::Config,
     /// relation-svc's login and registration throttling.
     login: relation_svc::domain::throttle::Limits,
+    /// The app server's before-send hook and after-event webhooks (`hooks.before_send.url`,
+    /// `hooks.events.url`, each with its `secret`).
+    hooks: crate::cluster::Hooks,
 }
 
 impl Default for UpSettings {
@@ -77,6 +80,7 @@ impl Default for UpSettings {
             offline_push: notify_svc::offline::Config::default(),
             gateway: gateway::Config::default(),
             login: relation_svc::domain::throttle::Limits::default(),
+            hooks: crate::cluster::Hooks::default(),
         }
     }
 }
@@ -112,6 +116,7 @@ pub async fn main() -> anyhow::Result<()> {
     spec.offline_push = settings.offline_push;
     spec.gateway = settings.gateway;
     spec.login = settings.login;
+    spec.hooks = settings.hooks;
     let cluster = Cluster::start(spec).await?;
     print_banner(&cluster, &auth, &settings.data_dir, &tls);
     cluster.run_until(imesh_kit::grpc::shutdown_signal()).await

@@ -78,6 +78,28 @@ pub struct ClusterSpec {
     pub offline_push: notify_svc::offline::Config,
     /// relation-svc's login and registration throttling.
     pub login: relation_svc::domain::throttle::Limits,
+    /// The company's app server: its before-send hook and after-event webhooks.
+    pub hooks: Hooks,
+}
+
+/// The app server's hooks: message-svc's before-send check and sync-svc's webhooks.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct Hooks {
+    pub before_send: imesh_kit::config::HookConfig,
+    /// Send when the before-send hook cannot be asked (true) or refuse (false).
+    pub before_send_fail_open: bool,
+    pub events: imesh_kit::config::HookConfig,
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Self {
+            before_send: Default::default(),
+            before_send_fail_open: true,
+            events: Default::default(),
+        }
+    }
 }
 
 impl ClusterSpec {
@@ -105,6 +127,7 @@ impl ClusterSpec {
             rate_limits: message_svc::RateLimitConfig::default(),
             offline_push: notify_svc::offline::Config::default(),
             login: relation_svc::domain::throttle::Limits::default(),
+            hooks: Hooks::default(),
         }
     }
 }
@@ -197,6 +220,8 @@ impl Cluster {
                 group_addr: addrs.group.to_string(),
                 sync_addr: addrs.sync.to_string(),
                 rate_limits: spec.rate_limits.clone(),
+                before_send: spec.hooks.before_send.clone(),
+                before_send_fail_open: spec.hooks.before_send_fail_open,
                 ..Default::default()
             },
             auth,
@@ -210,6 +235,7 @@ impl Cluster {
                 redis: spec.redis.clone(),
                 notify_addr: addrs.notify.to_string(),
                 group_addr: addrs.group.to_string(),
+                webhooks: spec.hooks.events.clone(),
                 ..Default::default()
             },
             auth,

@@ -159,4 +159,31 @@ mod tests {
             signature("k-0123456789abcdef", 1_700_000_000_001, br#"{"a":1}"#)
         );
     }
+
+    #[test]
+    fn a_hook_needs_an_http_url_and_a_long_enough_secret_and_is_off_without_a_url() {
+        let config = |url: &str, secret: &str| HookConfig {
+            url: url.into(),
+            secret: crate::config::Secret::new(secret),
+            ..HookConfig::default()
+        };
+        assert!(Hook::new("h", &config("", "")).unwrap().is_none());
+        let long = "0123456789abcdef";
+        for (url, secret, field) in [
+            ("ftp://example.com/x", long, "h.url"),
+            ("not a url", long, "h.url"),
+            ("https://example.com/x", "short", "h.secret"),
+        ] {
+            let err = Hook::new("h", &config(url, secret))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(err.starts_with(field), "{url}: {err}");
+        }
+        assert!(
+            Hook::new("h", &config("https://example.com/x", long))
+                .unwrap()
+                .is_some()
+        );
+    }
 }

@@ -6,6 +6,7 @@
 //!   allocation, notices), history and recall.
 //! - [`store`]: the [`store::MessageStore`] port and its sea-orm adapter with migrations.
 //! - [`events`]: the outbox payload and the relay sink into sync-svc.
+//! - [`hooks`]: the app server's before-send hook over HTTP(S).
 //! - [`peers`]: the relation-svc and group-svc clients the gate asks.
 //! - [`keys`]: counter key formats.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.

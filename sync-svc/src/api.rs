@@ -317,7 +317,26 @@ pub const ENCODERS: crate::domain::Encoders = crate::domain::Encoders {
     settings: encode_settings,
     removed: encode_removed,
     receipt: encode_receipt,
+    webhook: webhook_payload,
 };
+
+/// The app server's webhook payload of an appended event: `{"event_id", "type", "data"}`,
+/// `data` in the proto3 JSON mapping, for messages stored, edited and recalled, group
+/// changes and friendship changes; `None` for the other kinds.
+pub fn webhook_payload(event_id: &str, payload: &[u8]) -> Option<Vec<u8>> {
+    use pb::sync_event::Kind;
+    let event = pb::SyncEvent::decode(payload).ok()?;
+    let (kind, data) = match event.kind? {
+        Kind::Message(m) => ("message.stored", serde_json::to_value(m)),
+        Kind::Edited(e) => ("message.edited", serde_json::to_value(e)),
+        Kind::Recalled(r) => ("message.recalled", serde_json::to_value(r)),
+        Kind::Group(g) => ("group.changed", serde_json::to_value(g)),
+        Kind::Friendship(f) => ("friendship.changed", serde_json::to_value(f)),
+        _ => return None,
+    };
+    let body = serde_json::json!({ "event_id": event_id, "type": kind, "data": data.ok()? });
+    serde_json::to_vec(&body).ok()
+}
 
 /// The encoded ConversationRemoved event (the domain's [`crate::domain::EncodeRemoved`]).
 pub fn encode_removed(conversation_id: &str, removed_seq: i64) -> bytes::Bytes {
@@ -493,5 +512,45 @@ fn status(err: Error) -> Status {
             tracing::error!(error = %format!("{e:#}"), "group-svc call failed");
             Status::unavailable("group-svc is unavailable; retry later")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(kind: pb::sync_event::Kind) -> Vec<u8> {
+        pb::SyncEvent { kind: Some(kind) }.encode_to_vec()
+    }
+
+    #[test]
+    fn webhooks_carry_message_group_and_friendship_events_typed_with_their_data() {
+        use imesh_protos::message as m;
+        use pb::sync_event::Kind;
+        let edited = Kind::Edited(m::Edited {
+            conversation_id: "d:1:2".into(),
+            seq: 4,
+            version: 2,
+            ..Default::default()
+        });
+        let body = webhook_payload("e:d:1:2:4:2", &payload(edited)).unwrap();
+        let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(event["type"], "message.edited");
+        assert_eq!(event["event_id"], "e:d:1:2:4:2");
+        assert_eq!(event["data"]["seq"], "4", "the proto3 JSON mapping");
+        let recalled = Kind::Recalled(m::Recalled {
+            seq: 3,
+            ..Default::default()
+        });
+        let body = webhook_payload("r", &payload(recalled)).unwrap();
+        let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(event["type"], "message.recalled");
+        let typing = Kind::Typing(pb::Typing::default());
+        assert_eq!(
+            webhook_payload("t", &payload(typing)),
+            None,
+            "not for the app server"
+        );
+        assert_eq!(webhook_payload("x", b"not a proto \xff"), None);
     }
 }

@@ -106,6 +106,7 @@ pub struct Inboxes {
     bits: Arc<dyn ReceiptBits>,
     dirty: Dirty,
     encode: Encoders,
+    webhooks: Option<Arc<tokio::sync::Notify>>,
     /// Inbox entries written per appended event.
     fanout: Histogram,
 }
@@ -121,6 +122,9 @@ pub struct Parts {
     pub members: Arc<dyn Memberships>,
     pub bits: Arc<dyn ReceiptBits>,
     pub encode: Encoders,
+    /// Set when the app server takes after-event webhooks: their relay, woken after an
+    /// append queued some.
+    pub webhooks: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// How the events sync-svc makes itself are encoded (the api's proto encoders).
@@ -131,6 +135,9 @@ pub struct Encoders {
     pub settings: EncodeSettings,
     pub removed: EncodeRemoved,
     pub receipt: EncodeReceipt,
+    /// The webhook payload of an appended event (by its id and encoded SyncEvent), for the
+    /// kinds the app server hears of; `None` for the others.
+    pub webhook: fn(event_id: &str, payload: &[u8]) -> Option<Vec<u8>>,
 }
 
 impl Inboxes {
@@ -142,6 +149,7 @@ impl Inboxes {
             members,
             bits,
             encode,
+            webhooks,
         } = parts;
         Self {
             store,
@@ -152,6 +160,7 @@ impl Inboxes {
             bits,
             dirty: Dirty::default(),
             encode,
+            webhooks,
             fanout: Histogram::new(imesh_kit::metrics::size_buckets()),
         }
     }
@@ -231,12 +240,17 @@ impl Inboxes {
             let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
             let seqs = self.seqs.next_many(&key_refs).await?;
             self.fanout.observe(recipients.len() as f64);
+            let hook = self
+                .webhooks
+                .as_ref()
+                .and_then(|_| (self.encode.webhook)(&event.event_id, &event.payload));
             stored.push(StoredEvent {
                 id: self.ids.next_id()?,
                 event_id: event.event_id,
                 payload: event.payload,
                 entries: recipients.into_iter().zip(seqs).collect(),
                 mark: event.mark,
+                hook,
             });
         }
         let appended = stored.len() as u32;
@@ -244,6 +258,11 @@ impl Inboxes {
         // A concurrent append of the same event fails this one with Conflict; the caller's
         // retry then finds the event known.
         self.store.append(&stored).await?;
+        if let Some(relay) = &self.webhooks
+            && stored.iter().any(|e| e.hook.is_some())
+        {
+            relay.notify_one();
+        }
         self.mark_senders(passed).await;
         self.notify(&stored).await;
         self.advance(advanced).await;

@@ -26,8 +26,10 @@ use bits::ReceiptBits;
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
+    hooks::{Hook, WebhookSink},
     identity::{Caller, InternalAuth},
     ids::lease::{NodeBlock, NodeIds},
+    outbox::{Relay, RelayMetrics, SqlOutbox},
     seq::{Counters, MemoryCounters, RedisCounters, SeqAllocator, SqlCeilings},
 };
 use imesh_protos::sync::sync_service_server::SyncServiceServer;
@@ -52,6 +54,12 @@ pub struct Config {
     /// How often senders hear that their receipt messages' read counts moved (one event
     /// per message per window).
     pub receipt_window_ms: u64,
+    /// The app server's after-event webhook (off while its URL is empty): messages stored,
+    /// edited and recalled, group and friendship changes, POSTed in batches from an outbox
+    /// written with them, at least once.
+    pub webhooks: imesh_kit::config::HookConfig,
+    /// Events one webhook call carries at most.
+    pub webhook_batch: u64,
 }
 
 impl Default for Config {
@@ -65,6 +73,8 @@ impl Default for Config {
             seq_step: 1000,
             inbox_retention_hours: 7 * 24,
             receipt_window_ms: 1000,
+            webhooks: imesh_kit::config::HookConfig::default(),
+            webhook_batch: 100,
         }
     }
 }
@@ -77,6 +87,8 @@ pub struct Service {
     inboxes: Arc<domain::Inboxes>,
     db: sea_orm::DatabaseConnection,
     node: NodeIds,
+    /// The after-event webhooks' relay, when the app server takes them.
+    webhooks: Option<Relay>,
 }
 
 /// The snowflake nodes sync-svc processes lease from.
@@ -117,6 +129,18 @@ impl Service {
         let notifier =
             peers::NotifyNotifier::new(peers.channel(&config.notify_addr)?, caller.clone());
         let members = peers::GroupMemberships::new(peers.channel(&config.group_addr)?, caller);
+        let mut registry = imesh_kit::metrics::registry("sync-svc");
+        let webhooks = match Hook::new("webhooks", &config.webhooks)? {
+            Some(hook) => Some(
+                Relay::new(
+                    SqlOutbox::new(db.clone(), store::WEBHOOK_TABLE),
+                    Arc::new(WebhookSink(hook)),
+                    config.webhook_batch,
+                )
+                .observed(&RelayMetrics::register(&mut registry)),
+            ),
+            None => None,
+        };
         let inboxes = domain::Inboxes::new(
             Arc::new(store::sql::SqlInboxStore::new(db.clone())),
             domain::Parts {
@@ -126,9 +150,9 @@ impl Service {
                 members: Arc::new(members),
                 bits,
                 encode: api::ENCODERS,
+                webhooks: webhooks.as_ref().map(Relay::waker),
             },
         );
-        let mut registry = imesh_kit::metrics::registry("sync-svc");
         inboxes.register(&mut registry);
         Ok(Self {
             config,
@@ -137,6 +161,7 @@ impl Service {
             inboxes: Arc::new(inboxes),
             db,
             node,
+            webhooks,
         })
     }
 
@@ -157,6 +182,7 @@ impl Service {
             Duration::from_millis(self.config.receipt_window_ms.max(10)),
             stop.clone(),
         ));
+        let webhooks = self.webhooks.map(Relay::spawn);
         let api = api::SyncApi::new(self.inboxes);
         let served = grpc::Server::new(&self.config.grpc)
             .add_service(SyncServiceServer::with_interceptor(
@@ -170,6 +196,9 @@ impl Service {
         stop.cancel();
         purging.await?;
         counting.await?;
+        if let Some(relay) = webhooks {
+            relay.stop().await?;
+        }
         keeping.stop().await;
         self.db.close().await?;
         served

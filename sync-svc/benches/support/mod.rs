@@ -64,6 +64,7 @@ pub(crate) async fn inboxes(
             members: group,
             bits,
             encode: sync_svc::api::ENCODERS,
+            webhooks: None,
         },
     )
 }

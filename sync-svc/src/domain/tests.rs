@@ -92,6 +92,7 @@ fn build(
             members,
             bits,
             encode: crate::api::ENCODERS,
+            webhooks: None,
         },
     );
     (inboxes, recorder)

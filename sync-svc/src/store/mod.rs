@@ -19,7 +19,12 @@ pub struct StoredEvent {
     /// `(user, sync_seq)` per recipient.
     pub entries: Vec<(i64, i64)>,
     pub mark: Option<Mark>,
+    /// The app server's webhook payload of the event, queued with it when webhooks are on.
+    pub hook: Option<Vec<u8>>,
 }
+
+/// The outbox table of the app server's after-event webhooks.
+pub const WEBHOOK_TABLE: &str = "webhook_outbox";
 
 #[async_trait]
 pub trait InboxStore: Send + Sync + 'static {

@@ -114,6 +114,22 @@ impl InboxStore for SqlInboxStore {
         }
         let (marks, created) = reads::marks(backend, events, &self.known);
         statements.extend(marks);
+        let hooks: Vec<imesh_kit::outbox::OutboxRow> = events
+            .iter()
+            .filter_map(|e| {
+                Some(imesh_kit::outbox::OutboxRow {
+                    id: e.id,
+                    payload: e.hook.clone()?,
+                })
+            })
+            .collect();
+        if !hooks.is_empty() {
+            statements.push(imesh_kit::outbox::insert_statement(
+                backend,
+                super::WEBHOOK_TABLE,
+                &hooks,
+            ));
+        }
         if receipts::asked(events) {
             // Receipt slots are placed after the conversation's last one, read in the
             // same transaction.
@@ -333,6 +349,10 @@ impl MigratorTrait for Migrator {
             Box::new(imesh_kit::ids::lease::Migration),
             Box::new(reads::AddLastEdit),
             Box::new(reads::AddRemovedSeq),
+            Box::new(imesh_kit::outbox::Migration {
+                table: super::WEBHOOK_TABLE,
+                name: "m20261205_000009_webhook_outbox",
+            }),
         ]
     }
 

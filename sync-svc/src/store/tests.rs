@@ -24,6 +24,7 @@ fn event(id: i64, entries: &[(i64, i64)]) -> StoredEvent {
         payload: Bytes::from(vec![id as u8; 4]),
         entries: entries.to_vec(),
         mark: None,
+        hook: None,
     }
 }
 
@@ -533,6 +534,37 @@ async fn push_settings_are_replaced_whole_and_muted_conversations_leave_the_badg
             store.muted_among(&asked).await.unwrap(),
             HashSet::from([(2, "d:2:5".to_owned())]),
             "{backend:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn webhook_payloads_are_queued_with_their_events_once() {
+    for backend in testing::sql_backends() {
+        let config = testing::fresh_sql(backend).await.unwrap();
+        let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
+            .await
+            .unwrap();
+        let store = SqlInboxStore::new(db.clone());
+        let with_hook = StoredEvent {
+            hook: Some(b"{\"event_id\":\"e1\"}".to_vec()),
+            ..event(1, &[(1, 1)])
+        };
+        store
+            .append(&[with_hook, event(2, &[(1, 2)])])
+            .await
+            .unwrap();
+        let queued = imesh_kit::outbox::SqlOutbox::new(db, WEBHOOK_TABLE)
+            .pending(10)
+            .await
+            .unwrap();
+        assert_eq!(
+            queued
+                .iter()
+                .map(|r| (r.id, r.payload.clone()))
+                .collect::<Vec<_>>(),
+            vec![(1, b"{\"event_id\":\"e1\"}".to_vec())],
+            "{backend:?}: only the event that carries one"
         );
     }
 }

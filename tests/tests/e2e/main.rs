@@ -13,6 +13,7 @@ mod edits;
 mod faults;
 mod gateways;
 mod groups;
+mod hooks;
 mod json;
 mod live_hints;
 mod messaging;
