@@ -35,7 +35,33 @@ pub fn signature(secret: &str, unix_ms: i64, body: &[u8]) -> String {
     )
 }
 
-/// A signing HTTP(S) client of one app-server endpoint.
+/// Whether an endpoint's calls must be signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signing {
+    /// A secret of at least 16 characters is required (the app server's hooks).
+    Required,
+    /// Signed when a secret is set (e.g. a push service on a trusted network).
+    Optional,
+}
+
+/// Why a POST did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    #[error("POST {0}: answered {1}")]
+    Refused(String, reqwest::StatusCode),
+    #[error("POST {0}: {1}")]
+    Failed(String, #[source] reqwest::Error),
+}
+
+impl PostError {
+    /// A refusal the same request would meet again: a 4xx other than 429.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, Self::Refused(_, status)
+            if status.is_client_error() && *status != reqwest::StatusCode::TOO_MANY_REQUESTS)
+    }
+}
+
+/// A (signing) HTTP(S) client of one endpoint.
 #[derive(Clone)]
 pub struct Hook {
     client: reqwest::Client,
@@ -46,7 +72,7 @@ pub struct Hook {
 impl Hook {
     /// The endpoint `config` names; `None` when its URL is empty. `what` names the setting
     /// in errors (e.g. `hooks.before_send`).
-    pub fn new(what: &str, config: &HookConfig) -> anyhow::Result<Option<Self>> {
+    pub fn new(what: &str, config: &HookConfig, signing: Signing) -> anyhow::Result<Option<Self>> {
         if config.url.is_empty() {
             return Ok(None);
         }
@@ -58,8 +84,9 @@ impl Hook {
             matches!(url.scheme(), "https" | "http") && url.host().is_some(),
             "{what}.url: must be an https:// (or http://) URL with a host"
         );
+        let secret = config.secret.expose();
         anyhow::ensure!(
-            config.secret.expose().len() >= 16,
+            secret.len() >= 16 || (signing == Signing::Optional && secret.is_empty()),
             "{what}.secret: must be at least 16 characters"
         );
         let mut roots = rustls::RootCertStore::empty();
@@ -89,25 +116,23 @@ impl Hook {
         }))
     }
 
-    /// POSTs `body` (JSON) signed; the answer's body on a 2xx, an error otherwise.
-    pub async fn post(&self, body: Vec<u8>) -> anyhow::Result<bytes::Bytes> {
-        let signed = signature(self.secret.expose(), crate::ids::unix_ms(), &body);
-        let response = self
+    /// POSTs `body` (JSON), signed when there is a secret; the answer's body on a 2xx.
+    pub async fn post(&self, body: Vec<u8>) -> Result<bytes::Bytes, PostError> {
+        let failed = |e| PostError::Failed(self.url.to_string(), e);
+        let mut request = self
             .client
             .post(self.url.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(SIGNATURE_HEADER, signed)
-            .body(body)
-            .send()
-            .await
-            .with_context(|| format!("POST {}", self.url))?;
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        if !self.secret.is_empty() {
+            let signed = signature(self.secret.expose(), crate::ids::unix_ms(), &body);
+            request = request.header(SIGNATURE_HEADER, signed);
+        }
+        let response = request.body(body).send().await.map_err(failed)?;
         let status = response.status();
-        anyhow::ensure!(
-            status.is_success(),
-            "POST {}: the app server answered {status}",
-            self.url
-        );
-        Ok(response.bytes().await?)
+        if !status.is_success() {
+            return Err(PostError::Refused(self.url.to_string(), status));
+        }
+        response.bytes().await.map_err(failed)
     }
 }
 
@@ -130,7 +155,8 @@ impl Sink for WebhookSink {
             body.extend_from_slice(&row.payload);
         }
         body.extend_from_slice(b"]}");
-        self.0.post(body).await.map(|_| ())
+        self.0.post(body).await?;
+        Ok(())
     }
 }
 
@@ -167,23 +193,38 @@ mod tests {
             secret: crate::config::Secret::new(secret),
             ..HookConfig::default()
         };
-        assert!(Hook::new("h", &config("", "")).unwrap().is_none());
+        assert!(
+            Hook::new("h", &config("", ""), Signing::Required)
+                .unwrap()
+                .is_none()
+        );
         let long = "0123456789abcdef";
         for (url, secret, field) in [
             ("ftp://example.com/x", long, "h.url"),
             ("not a url", long, "h.url"),
             ("https://example.com/x", "short", "h.secret"),
         ] {
-            let err = Hook::new("h", &config(url, secret))
+            let err = Hook::new("h", &config(url, secret), Signing::Required)
                 .err()
                 .unwrap()
                 .to_string();
             assert!(err.starts_with(field), "{url}: {err}");
         }
         assert!(
-            Hook::new("h", &config("https://example.com/x", long))
+            Hook::new(
+                "h",
+                &config("https://example.com/x", long),
+                Signing::Required
+            )
+            .unwrap()
+            .is_some()
+        );
+        let unsigned = config("http://push.internal/x", "");
+        assert!(
+            Hook::new("h", &unsigned, Signing::Optional)
                 .unwrap()
                 .is_some()
         );
+        assert!(Hook::new("h", &unsigned, Signing::Required).is_err());
     }
 }

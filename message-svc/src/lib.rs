@@ -177,13 +177,15 @@ impl Service {
         );
         let directory =
             peers::RelationDirectory::new(peers.channel(&config.relation_addr)?, caller);
-        let before_send =
-            imesh_kit::hooks::Hook::new("before_send", &config.before_send)?.map(|hook| {
-                domain::BeforeSendHook {
-                    hook: Arc::new(hooks::AppServerCheck(hook)),
-                    fail_open: config.before_send_fail_open,
-                }
-            });
+        let before_send = imesh_kit::hooks::Hook::new(
+            "before_send",
+            &config.before_send,
+            imesh_kit::hooks::Signing::Required,
+        )?
+        .map(|hook| domain::BeforeSendHook {
+            hook: Arc::new(hooks::AppServerCheck(hook)),
+            fail_open: config.before_send_fail_open,
+        });
         let messages = domain::Messages::new(
             Arc::new(store::sql::SqlMessageStore::handing_off(
                 db.clone(),

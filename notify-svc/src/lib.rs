@@ -109,9 +109,7 @@ impl Service {
         let mut router =
             router::Router::new(presence, Arc::new(gateways), ttl, config.multi_device);
         let push = &config.offline_push;
-        if !push.webhook_url.is_empty() {
-            let webhook =
-                webhook::Webhook::new(&push.webhook_url, Duration::from_millis(push.timeout_ms))?;
+        if let Some(webhook) = webhook::Webhook::new(push)? {
             let targets =
                 targets::SyncTargets::new(caller.clone(), peers.channel(&config.sync_addr)?);
             let offline = offline::OfflinePush::start(push, Arc::new(targets), Arc::new(webhook));

@@ -24,8 +24,14 @@ use crate::router::Entry;
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct Config {
-    /// Where notifications are POSTed as JSON (`http://…`); empty turns offline push off.
+    /// Where notifications are POSTed as JSON (`https://…` or `http://…`); empty turns
+    /// offline push off.
     pub webhook_url: String,
+    /// When set (16 characters or more), each POST is signed with it (`x-imesh-signature`,
+    /// as the app server's hooks are).
+    pub secret: imesh_kit::config::Secret,
+    /// Extra CA certificates (PEM) to trust besides the public roots.
+    pub ca_file: String,
     pub timeout_ms: u64,
     /// Tries per notification (and per sync-svc decision) before it is dropped.
     pub attempts: u32,
@@ -39,6 +45,8 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             webhook_url: String::new(),
+            secret: imesh_kit::config::Secret::default(),
+            ca_file: String::new(),
             timeout_ms: 5_000,
             attempts: 4,
             queue: 1_024,

@@ -1,43 +1,25 @@
-//! The webhook [`Provider`]: each notification is POSTed as JSON to a configured `http://`
-//! URL (the company's push service, which holds the device tokens for APNs and FCM).
-//! A 2xx answer is success, another 4xx a permanent refusal, anything else is retried.
+//! The webhook [`Provider`]: each notification is POSTed as JSON to a configured URL (the
+//! company's push service, which holds the device tokens for APNs and FCM), over HTTPS or
+//! HTTP through the kit's client ([`imesh_kit::hooks`]), signed when a secret is set.
+//! A 2xx answer is success, another 4xx (but 429) a permanent refusal, anything else is
+//! retried.
 
-use std::time::Duration;
+use imesh_kit::hooks::{Hook, Signing};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::TokioExecutor,
-};
+use crate::offline::{Config, Notification, Provider, SendError};
 
-use crate::offline::{Notification, Provider, SendError};
-
-pub struct Webhook {
-    url: hyper::Uri,
-    timeout: Duration,
-    client: Client<HttpConnector, Full<Bytes>>,
-}
+pub struct Webhook(Hook);
 
 impl Webhook {
-    /// A webhook at `url`; only `http` URLs (put a TLS-terminating proxy in front of an
-    /// `https` receiver).
-    pub fn new(url: &str, timeout: Duration) -> anyhow::Result<Self> {
-        let url: hyper::Uri = url
-            .parse()
-            .map_err(|e| anyhow::anyhow!("offline_push.webhook_url: not a URL ({e})"))?;
-        if url.scheme_str() != Some("http") || url.host().is_none() {
-            anyhow::bail!("offline_push.webhook_url: must be an http:// URL with a host");
-        }
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
-        let client = Client::builder(TokioExecutor::new()).build(connector);
-        Ok(Self {
-            url,
-            timeout,
-            client,
-        })
+    /// The push service `config` names; `None` when its URL is empty.
+    pub fn new(config: &Config) -> anyhow::Result<Option<Self>> {
+        let hook = imesh_kit::config::HookConfig {
+            url: config.webhook_url.clone(),
+            secret: config.secret.clone(),
+            timeout_ms: config.timeout_ms,
+            ca_file: config.ca_file.clone(),
+        };
+        Ok(Hook::new("offline_push", &hook, Signing::Optional)?.map(Self))
     }
 }
 
@@ -46,30 +28,10 @@ impl Provider for Webhook {
     async fn send(&self, notification: &Notification) -> Result<(), SendError> {
         let body = serde_json::to_vec(notification)
             .map_err(|e| SendError::Permanent(format!("encoding: {e}")))?;
-        let request = hyper::Request::post(self.url.clone())
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| SendError::Permanent(e.to_string()))?;
-        let call = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| SendError::Transient(e.to_string()))?;
-            let status = response.status();
-            // Read the answer to the end so the connection can be reused.
-            let _ = response.into_body().collect().await;
-            Ok(status)
-        };
-        let status = tokio::time::timeout(self.timeout, call)
-            .await
-            .map_err(|_| SendError::Transient(format!("no answer in {:?}", self.timeout)))??;
-        if status.is_success() {
-            Ok(())
-        } else if status.is_client_error() && status != hyper::StatusCode::TOO_MANY_REQUESTS {
-            Err(SendError::Permanent(format!("HTTP {status}")))
-        } else {
-            Err(SendError::Transient(format!("HTTP {status}")))
+        match self.0.post(body).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_permanent() => Err(SendError::Permanent(e.to_string())),
+            Err(e) => Err(SendError::Transient(e.to_string())),
         }
     }
 }

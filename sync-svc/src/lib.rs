@@ -26,7 +26,7 @@ use bits::ReceiptBits;
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
-    hooks::{Hook, WebhookSink},
+    hooks::{Hook, Signing, WebhookSink},
     identity::{Caller, InternalAuth},
     ids::lease::{NodeBlock, NodeIds},
     outbox::{Relay, RelayMetrics, SqlOutbox},
@@ -130,7 +130,7 @@ impl Service {
             peers::NotifyNotifier::new(peers.channel(&config.notify_addr)?, caller.clone());
         let members = peers::GroupMemberships::new(peers.channel(&config.group_addr)?, caller);
         let mut registry = imesh_kit::metrics::registry("sync-svc");
-        let webhooks = match Hook::new("webhooks", &config.webhooks)? {
+        let webhooks = match Hook::new("webhooks", &config.webhooks, Signing::Required)? {
             Some(hook) => Some(
                 Relay::new(
                     SqlOutbox::new(db.clone(), store::WEBHOOK_TABLE),

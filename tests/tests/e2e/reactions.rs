@@ -5,6 +5,7 @@
 
 use imesh_protos::{
     gateway::{client_frame, server_frame::Body},
+    group::CreateGroupRequest,
     message::{ListReactorsRequest, ReactRequest, ReactionChanged, ReactionCount},
     sync::sync_event::Kind,
 };
@@ -46,6 +47,7 @@ async fn scenario(stores: Stores) {
     let (bob, bob_token) = env.user("bob").await;
     let mut a = env.signed_in(&alice_token, "alice-phone").await;
     let mut b = env.signed_in(&bob_token, "bob-phone").await;
+    let mut laptop = env.signed_in(&bob_token, "bob-laptop").await;
 
     let Body::SendAck(sent) = a.send_text(bob, "m", "ship it?").await else {
         panic!("{stores:?}: send refused");
@@ -65,6 +67,16 @@ async fn scenario(stores: Stores) {
         panic!("{stores:?}: alice's reaction refused");
     };
     assert_eq!(both.reactions, vec![count("🚀", 2, true)], "{stores:?}");
+    for device in [&mut b, &mut laptop] {
+        let heard = reaction_changed(device, conversation).await;
+        assert_eq!(
+            (heard.user_id, heard.emoji.as_str()),
+            (bob, "🚀"),
+            "{stores:?}: both of bob's devices hear of his own reaction"
+        );
+        let heard = reaction_changed(device, conversation).await;
+        assert_eq!(heard.user_id, alice, "{stores:?}: and of alice's");
+    }
 
     let page = b.history(conversation, 0).await;
     assert_eq!(
@@ -100,6 +112,26 @@ async fn scenario(stores: Stores) {
         panic!("{stores:?}: a reaction to no message was taken");
     };
     assert_eq!(missing.code, Code::NotFound as u32, "{stores:?}");
+
+    // In a (small) group every member hears of each reaction.
+    let group = env
+        .create_group(
+            alice,
+            CreateGroupRequest {
+                name: "crew".into(),
+                member_ids: vec![bob],
+                ..Default::default()
+            },
+        )
+        .await;
+    let Body::SendAck(said) = b.send_group_text(group, "g", "standup at 10").await else {
+        panic!("{stores:?}: group send refused");
+    };
+    let Body::Reactions(_) = react(&mut a, &said.conversation_id, said.seq, "👌").await else {
+        panic!("{stores:?}: the group reaction refused");
+    };
+    let heard = reaction_changed(&mut laptop, &said.conversation_id).await;
+    assert_eq!((heard.seq, heard.user_id), (said.seq, alice), "{stores:?}");
 }
 
 #[tokio::test]
