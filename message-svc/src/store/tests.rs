@@ -45,6 +45,12 @@ fn message(msg_id: i64, seq: i64, client_msg_id: &str) -> Message {
     }
 }
 
+/// The ids of the outbox rows waiting, oldest first.
+async fn queued(outbox: &SqlOutbox) -> Vec<i64> {
+    let rows = outbox.pending(100).await.unwrap();
+    rows.iter().map(|r| r.id).collect()
+}
+
 fn event(id: i64) -> OutboxRow {
     OutboxRow {
         id,
@@ -73,13 +79,7 @@ async fn append_stores_message_raises_max_seq_and_queues_the_event() {
             store.find_sent(2, "a").await.unwrap().is_none(),
             "client ids are per sender"
         );
-        let queued: Vec<i64> = outbox
-            .pending(10)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.id)
-            .collect();
+        let queued = queued(&outbox).await;
         assert_eq!(queued, vec![10, 11], "{backend:?}");
     }
 }
@@ -298,13 +298,7 @@ async fn an_edit_replaces_the_content_once_per_version_and_never_a_recalled_mess
             !stale,
             "{backend:?}: an edit from an old version is refused"
         );
-        let pending: Vec<i64> = outbox
-            .pending(10)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.id)
-            .collect();
+        let pending = queued(&outbox).await;
         assert_eq!(pending, vec![20, 21], "{backend:?}");
         store.recall("d:1:2", 1, 1, 5, event(23)).await.unwrap();
         let after_recall = store
@@ -399,13 +393,7 @@ async fn pins_are_kept_once_each_up_to_the_bound_newest_first() {
             !store.unpin("d:1:2", 1, event(55)).await.unwrap(),
             "{backend:?}"
         );
-        let queued: Vec<i64> = outbox
-            .pending(20)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.id)
-            .collect();
+        let queued = queued(&outbox).await;
         assert_eq!(
             queued,
             vec![41, 42, 43, 50, 52, 54],
@@ -516,13 +504,7 @@ async fn reactions_count_once_per_user_and_emoji_and_mine_is_the_readers() {
             Some(&vec![count("👍", 1, false)]),
             "{backend:?}: an emoji nobody holds any more is gone"
         );
-        let queued: Vec<i64> = outbox
-            .pending(10)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.id)
-            .collect();
+        let queued = queued(&outbox).await;
         assert_eq!(
             queued,
             vec![10, 20, 21, 22, 30, 31],
@@ -604,13 +586,7 @@ async fn a_moved_mark_is_forgotten_only_at_the_count_it_was_read_at() {
         );
         store.forget_moved(&still, vec![event(51)]).await.unwrap();
         assert!(store.moved_reactions(10).await.unwrap().is_empty());
-        let queued: Vec<i64> = outbox
-            .pending(10)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.id)
-            .collect();
+        let queued = queued(&outbox).await;
         assert_eq!(
             queued,
             vec![10, 50, 51],
