@@ -96,11 +96,13 @@ impl Default for Config {
     }
 }
 
-/// The handlers over `db` with `seqs` for join_seq, and the relay of their events.
+/// The handlers over `db` with `seqs` for join_seq, and the relay of their events (of the
+/// outbox rows of `partition`, the leased node, when there is one: see
+/// [`SqlOutbox::owned_by`]).
 pub fn wire(
     config: &Config,
     auth: &AuthConfig,
-    ids: Arc<Snowflake>,
+    (ids, partition): (Arc<Snowflake>, Option<u16>),
     db: sea_orm::DatabaseConnection,
     (seqs, names): (Arc<dyn SeqSource>, Arc<dyn Nicknames>),
     (shared, rosters): (Arc<dyn GroupCache>, Arc<dyn Rosters>),
@@ -109,7 +111,7 @@ pub fn wire(
     let peers = grpc::Peers::new(&config.grpc)?;
     let forgets = Arc::new(std::sync::OnceLock::new());
     let relay = Relay::new(
-        SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
+        SqlOutbox::new(db.clone(), store::OUTBOX_TABLE).owned_by(partition),
         Arc::new(notices::TimelineSink::new(
             SyncSink::new(peers.channel(&config.sync_addr)?, caller.clone()),
             peers.channel(&config.message_addr)?,
@@ -212,7 +214,7 @@ impl Service {
         let (api, relay) = wire(
             &config,
             auth,
-            node.ids.clone(),
+            (node.ids.clone(), node.leased_node()),
             db.clone(),
             (seqs, names),
             shared,

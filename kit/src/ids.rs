@@ -19,7 +19,7 @@ pub mod lease;
 
 const EPOCH_MS: u64 = 1_704_067_200_000;
 const NODE_BITS: u32 = 10;
-const SEQ_BITS: u32 = 12;
+pub(crate) const SEQ_BITS: u32 = 12;
 pub const MAX_NODE: u16 = (1 << NODE_BITS) - 1;
 
 #[derive(Debug)]

@@ -42,6 +42,15 @@ enum Col {
     Payload,
 }
 
+/// The node that wrote a row: the node bits of its snowflake id ([`crate::ids`]).
+fn writer_node() -> Expr {
+    Expr::cust(format!(
+        "((id >> {}) & {})",
+        crate::ids::SEQ_BITS,
+        crate::ids::MAX_NODE
+    ))
+}
+
 /// Inserts `rows` into `table` on `conn` (pass the open transaction).
 pub async fn insert(
     conn: &impl ConnectionTrait,
@@ -77,21 +86,43 @@ pub fn insert_statement(
 pub struct SqlOutbox {
     db: DatabaseConnection,
     table: &'static str,
+    /// The node whose rows this outbox reads, with those of nodes no lease holds.
+    node: Option<u16>,
 }
 
 impl SqlOutbox {
     pub fn new(db: DatabaseConnection, table: &'static str) -> Self {
-        Self { db, table }
+        Self {
+            db,
+            table,
+            node: None,
+        }
+    }
+
+    /// Reads only the rows written by `node` (a row's id is a snowflake naming its node)
+    /// and those of nodes no live lease holds: replicas of a service share its table, each
+    /// relays what it wrote, in the order it committed it, and what a stopped or dead
+    /// replica left is taken over once its lease lapses. `None` reads every row.
+    pub fn owned_by(mut self, node: Option<u16>) -> Self {
+        self.node = node;
+        self
     }
 
     /// The oldest pending rows, at most `limit`.
     pub async fn pending(&self, limit: u64) -> Result<Vec<OutboxRow>, StoreError> {
-        let stmt = Query::select()
+        let mut stmt = Query::select()
             .columns([Col::Id, Col::Payload])
             .from(Alias::new(self.table))
             .order_by(Col::Id, Order::Asc)
             .limit(limit)
             .to_owned();
+        if let Some(node) = self.node {
+            stmt.cond_where(
+                Cond::any()
+                    .add(writer_node().eq(i32::from(node)))
+                    .add(writer_node().not_in_subquery(crate::ids::lease::live_nodes())),
+            );
+        }
         let rows = self.db.query_all(&stmt).await?;
         rows.iter()
             .map(|r| {

@@ -165,7 +165,7 @@ impl Service {
         let mut registry = imesh_kit::metrics::registry("message-svc");
         seqs.register(&mut registry);
         let relay = Relay::new(
-            SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
+            SqlOutbox::new(db.clone(), store::OUTBOX_TABLE).owned_by(node.leased_node()),
             Arc::new(sink),
             config.outbox_batch,
         )

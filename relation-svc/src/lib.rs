@@ -97,18 +97,19 @@ impl Default for Config {
 }
 
 /// The handlers over `db` and the `shared` relation cache, and the relays of their events
-/// (relation events to sync-svc, nickname changes to group-svc).
+/// (relation events to sync-svc, nickname changes to group-svc), each of the outbox rows of
+/// `partition`, the leased node, when there is one (see [`SqlOutbox::owned_by`]).
 pub fn wire(
     config: &Config,
     auth: &AuthConfig,
-    ids: Arc<Snowflake>,
+    (ids, partition): (Arc<Snowflake>, Option<u16>),
     db: sea_orm::DatabaseConnection,
     (shared, attempts): (Arc<dyn EdgeCache>, Arc<dyn Attempts>),
 ) -> anyhow::Result<(api::RelationApi, [Relay; 2])> {
     let caller = Caller::new(&auth.internal_secret)?;
     let peers = grpc::Peers::new(&config.grpc)?;
     let relay = Relay::new(
-        SqlOutbox::new(db.clone(), store::OUTBOX_TABLE),
+        SqlOutbox::new(db.clone(), store::OUTBOX_TABLE).owned_by(partition),
         Arc::new(SyncSink::new(
             peers.channel(&config.sync_addr)?,
             caller.clone(),
@@ -116,7 +117,7 @@ pub fn wire(
         config.outbox_batch,
     );
     let renames = Relay::new(
-        SqlOutbox::new(db.clone(), renames::OUTBOX_TABLE),
+        SqlOutbox::new(db.clone(), renames::OUTBOX_TABLE).owned_by(partition),
         Arc::new(renames::GroupRenameSink::new(
             peers.channel(&config.group_addr)?,
             caller,
@@ -206,7 +207,13 @@ impl Service {
                 Arc::new(MemoryAttempts::default()),
             ),
         };
-        let (api, relays) = wire(&config, auth, node.ids.clone(), db.clone(), shared)?;
+        let (api, relays) = wire(
+            &config,
+            auth,
+            (node.ids.clone(), node.leased_node()),
+            db.clone(),
+            shared,
+        )?;
         let mut registry = imesh_kit::metrics::registry("relation-svc");
         let observed = RelayMetrics::register(&mut registry);
         Ok(Self {

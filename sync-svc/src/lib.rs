@@ -133,7 +133,7 @@ impl Service {
         let webhooks = match Hook::new("webhooks", &config.webhooks, Signing::Required)? {
             Some(hook) => Some(
                 Relay::new(
-                    SqlOutbox::new(db.clone(), store::WEBHOOK_TABLE),
+                    SqlOutbox::new(db.clone(), store::WEBHOOK_TABLE).owned_by(node.leased_node()),
                     Arc::new(WebhookSink(hook)),
                     config.webhook_batch,
                 )

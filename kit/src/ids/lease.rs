@@ -43,6 +43,15 @@ enum NodeLeases {
     ExpiresAtMs,
 }
 
+/// The nodes some live lease holds now (`SELECT node_id …`), for a subquery.
+pub(crate) fn live_nodes() -> SelectStatement {
+    Query::select()
+        .column(NodeLeases::NodeId)
+        .from(NodeLeases::Table)
+        .and_where(Expr::col(NodeLeases::ExpiresAtMs).gte(crate::ids::unix_ms()))
+        .to_owned()
+}
+
 /// A node id held by this process, and the generator minting with it.
 pub struct NodeLease {
     db: DatabaseConnection,
@@ -173,6 +182,12 @@ impl NodeIds {
                 }
             }
         })
+    }
+
+    /// The leased node, when there is a lease: the partition of a shared outbox table this
+    /// process relays ([`crate::outbox::SqlOutbox::owned_by`]). `None` for a fixed node.
+    pub fn leased_node(&self) -> Option<u16> {
+        self.lease.as_ref().map(|lease| lease.node())
     }
 
     /// Renews the lease, if any, until [`Keeping::stop`] releases it.

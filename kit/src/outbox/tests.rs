@@ -339,3 +339,73 @@ async fn writers_find_room_once_the_relay_takes_what_waits() {
     wait_for(sink, 8, "every row relayed").await;
     relay.stop().await;
 }
+
+#[tokio::test]
+async fn a_partitioned_outbox_reads_its_own_nodes_rows_and_those_no_lease_holds() {
+    use crate::ids::{Snowflake, lease::NodeLease};
+    for backend in testing::sql_backends() {
+        let outbox = outbox(backend).await;
+        let db = outbox.db.clone();
+        crate::ids::lease::Migration
+            .up(&SchemaManager::new(&db))
+            .await
+            .unwrap();
+        // Nodes 1 and 2 are held by live replicas; node 3's holder stopped (released it).
+        let _mine = NodeLease::claim(db.clone(), 1..=1).await.unwrap();
+        let live = NodeLease::claim(db.clone(), 2..=2).await.unwrap();
+        let gone = NodeLease::claim(db.clone(), 3..=3).await.unwrap();
+        gone.release().await.unwrap();
+        let minting: Vec<Snowflake> = (0..4).map(Snowflake::new).collect();
+        let mut written = Vec::new();
+        for node in [1, 2, 3, 1] {
+            let id = minting[usize::from(node)].next_id().unwrap();
+            written.push((node, id));
+        }
+        let rows: Vec<OutboxRow> = written
+            .iter()
+            .map(|(_, id)| OutboxRow {
+                id: *id,
+                payload: vec![1],
+            })
+            .collect();
+        commit(&outbox, &rows).await;
+        let nodes_read = |node: Option<u16>| {
+            let outbox = outbox.clone().owned_by(node);
+            let written = written.clone();
+            async move {
+                let ids: Vec<i64> = outbox
+                    .pending(10)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.id)
+                    .collect();
+                let mut nodes: Vec<u16> = written
+                    .iter()
+                    .filter(|(_, id)| ids.contains(id))
+                    .map(|(node, _)| *node)
+                    .collect();
+                nodes.sort_unstable();
+                nodes.dedup();
+                nodes
+            }
+        };
+        assert_eq!(
+            nodes_read(Some(1)).await,
+            vec![1, 3],
+            "{backend:?}: its own and the dead one's"
+        );
+        assert_eq!(nodes_read(Some(2)).await, vec![2, 3], "{backend:?}");
+        assert_eq!(
+            nodes_read(None).await,
+            vec![1, 2, 3],
+            "{backend:?}: unpartitioned"
+        );
+        live.release().await.unwrap();
+        assert_eq!(
+            nodes_read(Some(1)).await,
+            vec![1, 2, 3],
+            "{backend:?}: a released node's rows are taken over"
+        );
+    }
+}

@@ -54,7 +54,7 @@ async fn apis() -> Vec<(&'static str, RelationApi)> {
         static NEXT_NODE: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(1);
         let node = NEXT_NODE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ids = Arc::new(imesh_kit::ids::Snowflake::new(node));
-        let (api, _relay) = crate::wire(&Config::default(), &auth, ids, db, cache).unwrap();
+        let (api, _relay) = crate::wire(&Config::default(), &auth, (ids, None), db, cache).unwrap();
         out.push((name, api));
     }
     out

@@ -69,7 +69,7 @@ async fn api_over(
     let (api, _) = crate::wire(
         &Config::default(),
         &auth,
-        Arc::new(imesh_kit::ids::Snowflake::new(4)),
+        (Arc::new(imesh_kit::ids::Snowflake::new(4)), None),
         db.clone(),
         peers,
         (shared, rosters),
