@@ -56,7 +56,11 @@ impl Backends {
         let message = MessageServiceClient::new(peers.channel(&config.message_addr)?);
         let sync = SyncServiceClient::new(peers.channel(&config.sync_addr)?);
         Ok(Self {
-            sends: Sends::spawn(message.clone(), caller.clone(), config.send_limits()),
+            sends: Sends::spawn(
+                peers.keyed(&config.message_addr)?,
+                caller.clone(),
+                config.send_limits(),
+            ),
             acks: Acks::spawn(sync.clone(), caller.clone()),
             caller,
             relation: RelationServiceClient::new(peers.channel(&config.relation_addr)?),

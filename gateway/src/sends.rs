@@ -7,6 +7,11 @@
 //! batches. One user's sends share a lane and a lane waits for each answer, so message-svc
 //! sees a device's sends in the order sent, and gives them seqs in that order.
 //!
+//! With several message-svc replicas, each batch is split by the replica owning each
+//! sender ([`Keyed`], rendezvous hashing over the replicas' addresses) and the shares go
+//! out together: a user's sends always reach one replica, whose single writer and outbox
+//! relay keep them in order all the way to the recipients.
+//!
 //! Admission is bounded twice, each bound answered at once with `RESOURCE_EXHAUSTED` and a
 //! wait (never by waiting): a connection may have `sends_in_flight` sends unanswered, and a
 //! lane holds at most `send_backlog` queued sends. A send refused with a retryable status
@@ -21,7 +26,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use imesh_kit::grpc::Channel;
+use imesh_kit::grpc::{Channel, Keyed};
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     gateway::server_frame::Body,
@@ -117,14 +122,14 @@ pub struct Sends {
 
 impl Sends {
     /// Starts the lanes on the current runtime; they stop when `self` is dropped.
-    pub fn spawn(client: MessageServiceClient<Channel>, caller: Caller, limits: Limits) -> Self {
+    pub fn spawn(replicas: Keyed, caller: Caller, limits: Limits) -> Self {
         let batches = Counter::default();
         let lanes = (0..limits.lanes.max(1))
             .map(|_| {
                 let (queue, waiting) = flume::bounded(limits.backlog.max(1));
                 let round_trip_us = Arc::new(AtomicU64::new(0));
                 let lane = LaneTask {
-                    client: client.clone(),
+                    replicas: replicas.clone(),
                     caller: caller.clone(),
                     waiting,
                     batch_max: limits.batch_max.max(1),
@@ -264,7 +269,7 @@ fn refused(request_id: u64, why: String, wait: Duration) -> Bytes {
 }
 
 struct LaneTask {
-    client: MessageServiceClient<Channel>,
+    replicas: Keyed,
     caller: Caller,
     waiting: flume::Receiver<Queued>,
     batch_max: usize,
@@ -299,14 +304,20 @@ impl LaneTask {
                 },
             );
             if !batch.is_empty() {
-                self.carry(batch).await;
+                let shares = self.replicas.split(batch, |q| q.sender.unsigned_abs());
+                futures::future::join_all(
+                    shares
+                        .into_iter()
+                        .map(|(replica, share)| self.carry(replica, share)),
+                )
+                .await;
             }
         }
     }
 
-    /// Sends one batch and hands each connection its answer. The call continues the trace
-    /// of the batch's first send.
-    async fn carry(&self, batch: Vec<Queued>) {
+    /// Sends one batch to a replica and hands each connection its answer. The call
+    /// continues the trace of the batch's first send.
+    async fn carry(&self, replica: Channel, batch: Vec<Queued>) {
         let span = batch[0].span.clone();
         let mut answers = Vec::with_capacity(batch.len());
         let sends = batch
@@ -331,9 +342,7 @@ impl LaneTask {
         request.set_timeout(self.timeout);
         let started = Instant::now();
         self.batches.inc();
-        let reply = self
-            .client
-            .clone()
+        let reply = MessageServiceClient::new(replica)
             .send_batch(request)
             .instrument(span)
             .await;

@@ -36,7 +36,9 @@ use tower::Service;
 
 use crate::{config::GrpcConfig, tls::Tls};
 
+mod keyed;
 mod local;
+pub use keyed::Keyed;
 pub use local::Channel;
 
 /// Answers whether the service's stores are reachable right now.
@@ -394,7 +396,19 @@ impl Peers {
     /// with one connection per address and calls balanced over them:
     /// behind a Kubernetes headless Service each pod is an address, where one HTTP/2
     /// connection to a single resolved address would pin every call to one pod.
+    /// A comma-separated list of `ip:port` names the replicas themselves (no DNS), with
+    /// calls balanced over them.
     pub fn channel(&self, addr: &str) -> anyhow::Result<Channel> {
+        if addr.contains(',') {
+            let (remote, changes) = tonic::transport::Channel::balance_channel(16);
+            for replica in listed(addr)? {
+                let endpoint = self.endpoint(&replica.to_string())?;
+                changes
+                    .try_send(tonic::transport::channel::Change::Insert(replica, endpoint))
+                    .map_err(|_| anyhow::anyhow!("{addr:?}: more than 16 replicas listed"))?;
+            }
+            return Ok(Channel::new(remote, None));
+        }
         let authority = addr.split_once("://").map_or(addr, |(_, rest)| rest);
         let (host, port) = authority
             .rsplit_once(':')
@@ -426,6 +440,17 @@ impl Peers {
             Some(tls) => endpoint(&format!("https://{authority}"))?.tls_config(tls.clone())?,
         })
     }
+}
+
+/// The replicas of a comma-separated `ip:port` list.
+fn listed(addr: &str) -> anyhow::Result<Vec<SocketAddr>> {
+    addr.split(',')
+        .map(|one| {
+            one.trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("{addr:?}: each listed replica must be ip:port"))
+        })
+        .collect()
 }
 
 fn endpoint(uri: &str) -> anyhow::Result<Endpoint> {

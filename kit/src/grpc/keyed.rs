@@ -1,0 +1,196 @@
+//! Calls that must reach one replica per key: a channel to each address a service's name
+//! resolves to, and rendezvous hashing to pick the one that owns a key. A gateway sends
+//! each user's messages to the message-svc replica owning the user, so one replica (one
+//! writer, one outbox relay) puts a device's messages in order all the way out. When a
+//! replica comes or goes, only the keys it owns move.
+
+use std::{
+    collections::BTreeMap,
+    hash::{BuildHasher, BuildHasherDefault, DefaultHasher},
+    net::SocketAddr,
+    sync::{Arc, Weak},
+};
+
+use parking_lot::RwLock;
+
+use super::{Channel, Peers, RESOLVE_EVERY};
+
+/// The replicas of one service, each with its own channel.
+#[derive(Clone)]
+pub struct Keyed {
+    members: Arc<RwLock<BTreeMap<SocketAddr, Channel>>>,
+    /// Until the name first resolves: calls balanced over whatever it resolves to.
+    fallback: Channel,
+}
+
+impl Keyed {
+    /// Splits `items` by the replica owning each one's key, keeping their order within
+    /// each replica's share; one share, with no split, while one replica (or none yet) is
+    /// known.
+    pub fn split<T>(&self, items: Vec<T>, key: impl Fn(&T) -> u64) -> Vec<(Channel, Vec<T>)> {
+        let members = self.members.read();
+        if members.len() <= 1 {
+            let only = members.values().next().unwrap_or(&self.fallback);
+            return vec![(only.clone(), items)];
+        }
+        let addrs: Vec<&SocketAddr> = members.keys().collect();
+        let mut shares: Vec<Vec<T>> = addrs.iter().map(|_| Vec::new()).collect();
+        for item in items {
+            shares[owner(&addrs, key(&item))].push(item);
+        }
+        addrs
+            .into_iter()
+            .zip(shares)
+            .filter(|(_, share)| !share.is_empty())
+            .map(|(addr, share)| (members[addr].clone(), share))
+            .collect()
+    }
+
+    /// The replicas known now.
+    pub fn len(&self) -> usize {
+        self.members.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The index of the address owning `key`: the highest hash of (address, key).
+fn owner(addrs: &[&SocketAddr], key: u64) -> usize {
+    let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    (0..addrs.len())
+        .max_by_key(|i| hasher.hash_one((addrs[*i], key)))
+        .unwrap_or(0)
+}
+
+impl Peers {
+    /// [`Keyed`] channels to the service at `addr` (`host:port`): an IP address is one
+    /// replica, as is each of a comma-separated list of them; a host name is resolved now
+    /// and every 10 s (a headless Service's pods).
+    pub fn keyed(&self, addr: &str) -> anyhow::Result<Keyed> {
+        let fallback = self.channel(addr)?;
+        let members = Arc::new(RwLock::new(BTreeMap::new()));
+        if addr.contains(',') {
+            for replica in super::listed(addr)? {
+                let channel = self.channel(&replica.to_string())?;
+                members.write().insert(replica, channel);
+            }
+            return Ok(Keyed { members, fallback });
+        }
+        let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+        if let Ok(ip) = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+            let port = addr.rsplit_once(':').map_or("", |(_, port)| port).parse()?;
+            members
+                .write()
+                .insert(SocketAddr::new(ip, port), fallback.clone());
+        } else {
+            tokio::spawn(follow(
+                addr.to_owned(),
+                self.clone(),
+                Arc::downgrade(&members),
+            ));
+        }
+        Ok(Keyed { members, fallback })
+    }
+}
+
+/// Keeps `members` in step with the addresses `name` resolves to, until it is dropped.
+async fn follow(name: String, peers: Peers, members: Weak<RwLock<BTreeMap<SocketAddr, Channel>>>) {
+    loop {
+        match tokio::net::lookup_host(&name).await {
+            Ok(found) => {
+                let Some(members) = members.upgrade() else {
+                    return;
+                };
+                let mut next = BTreeMap::new();
+                for addr in found {
+                    let known = members.read().get(&addr).cloned();
+                    let channel = match known {
+                        Some(channel) => channel,
+                        None => match peers.channel(&addr.to_string()) {
+                            Ok(channel) => channel,
+                            Err(_) => continue,
+                        },
+                    };
+                    next.insert(addr, channel);
+                }
+                if !next.is_empty() {
+                    *members.write() = next;
+                }
+            }
+            // Keep the replicas we had: a resolver hiccup must not move every key.
+            Err(e) => tracing::warn!(%name, error = %e, "resolving a peer failed"),
+        }
+        if members.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(RESOLVE_EVERY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addrs(n: u16) -> Vec<SocketAddr> {
+        (0..n)
+            .map(|i| SocketAddr::from(([10, 0, 0, i as u8 + 1], 50053)))
+            .collect()
+    }
+
+    #[test]
+    fn keys_spread_over_replicas_and_only_a_gone_replicas_keys_move() {
+        let three = addrs(3);
+        let refs: Vec<&SocketAddr> = three.iter().collect();
+        let before: Vec<usize> = (0..3000u64).map(|k| owner(&refs, k)).collect();
+        for replica in 0..3 {
+            let share = before.iter().filter(|o| **o == replica).count();
+            assert!(
+                (800..1200).contains(&share),
+                "replica {replica} owns {share}"
+            );
+        }
+        let two: Vec<&SocketAddr> = vec![&three[0], &three[2]];
+        for (key, owned) in before.iter().enumerate() {
+            let now = two[owner(&two, key as u64)];
+            if *owned != 1 {
+                assert_eq!(
+                    now, refs[*owned],
+                    "key {key} moved though its replica stayed"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn one_replica_takes_everything_in_order() {
+        let keyed = Peers::default().keyed("127.0.0.1:1").unwrap();
+        assert_eq!(keyed.len(), 1);
+        let shares = keyed.split(vec![5, 3, 9], |k| *k);
+        assert_eq!(shares.len(), 1);
+        assert_eq!(shares[0].1, vec![5, 3, 9]);
+    }
+
+    #[tokio::test]
+    async fn a_listed_set_of_replicas_splits_keys_keeping_each_shares_order() {
+        let keyed = Peers::default()
+            .keyed("127.0.0.1:1, 127.0.0.1:2,127.0.0.1:3")
+            .unwrap();
+        assert_eq!(keyed.len(), 3);
+        let shares = keyed.split((0..300u64).collect(), |k| *k);
+        assert_eq!(shares.len(), 3, "300 keys reach all three");
+        for (_, share) in &shares {
+            assert!(share.windows(2).all(|w| w[0] < w[1]), "order kept");
+        }
+        assert_eq!(shares.iter().map(|(_, s)| s.len()).sum::<usize>(), 300);
+        let again = keyed.split((0..300u64).collect(), |k| *k);
+        let firsts = |s: &[(Channel, Vec<u64>)]| s.iter().map(|(_, v)| v[0]).collect::<Vec<_>>();
+        assert_eq!(
+            firsts(&shares),
+            firsts(&again),
+            "the same keys, the same replicas"
+        );
+        assert!(Peers::default().keyed("127.0.0.1:1,nonsense").is_err());
+    }
+}
