@@ -29,6 +29,7 @@ mod receipts;
 mod references;
 mod relations;
 mod replicas;
+mod scale_out;
 mod search;
 mod sessions;
 mod slice;
