@@ -50,7 +50,6 @@ async fn user(
         .unwrap();
     let issue = IssueTokenRequest {
         user_id: user.user_id,
-        ..Default::default()
     };
     let token = relation
         .issue_token(caller.request(Actor::System, issue))
