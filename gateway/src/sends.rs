@@ -26,7 +26,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use imesh_kit::grpc::{Channel, Keyed};
+use imesh_kit::grpc::{Keyed, Replica};
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     gateway::server_frame::Body,
@@ -96,6 +96,7 @@ impl Outlet {
 }
 
 /// One queued send.
+#[derive(Clone)]
 struct Queued {
     sender: i64,
     request_id: u64,
@@ -315,9 +316,38 @@ impl LaneTask {
         }
     }
 
-    /// Sends one batch to a replica and hands each connection its answer. The call
-    /// continues the trace of the batch's first send.
-    async fn carry(&self, replica: Channel, batch: Vec<Queued>) {
+    /// Sends one batch to a replica and hands each connection its answer. When the replica
+    /// cannot be reached (it died or restarts) and another is up, the batch goes once more
+    /// to the next choice of each sender: the sends are idempotent (client_msg_id), so
+    /// those the lost replica stored are answered from the store.
+    async fn carry(&self, replica: Replica, batch: Vec<Queued>) {
+        let again = (self.replicas.len() > 1).then(|| batch.clone());
+        let Err((status, answers)) = self.share(&replica, batch).await else {
+            return;
+        };
+        if let Some(again) = again
+            && matches!(status.code(), Code::Unavailable | Code::Unknown)
+            && self.replicas.down(&replica)
+        {
+            tracing::warn!(error = %status, "a message-svc replica is unreachable; its senders go to the next");
+            for (next, share) in self.replicas.split(again, |q| q.sender.unsigned_abs()) {
+                if let Err((status, answers)) = self.share(&next, share).await {
+                    self.answer_all(answers, &status);
+                }
+            }
+            return;
+        }
+        self.answer_all(answers, &status);
+    }
+
+    /// Sends one share of a batch and hands each connection its answer; the batch's status
+    /// and its answers, unanswered, when it failed as a whole. The call continues the trace
+    /// of the share's first send.
+    async fn share(
+        &self,
+        replica: &Replica,
+        batch: Vec<Queued>,
+    ) -> Result<(), (Status, Vec<Answer>)> {
         let span = batch[0].span.clone();
         let mut answers = Vec::with_capacity(batch.len());
         let sends = batch
@@ -342,7 +372,7 @@ impl LaneTask {
         request.set_timeout(self.timeout);
         let started = Instant::now();
         self.batches.inc();
-        let reply = MessageServiceClient::new(replica)
+        let reply = MessageServiceClient::new(replica.channel.clone())
             .send_batch(request)
             .instrument(span)
             .await;
@@ -358,7 +388,7 @@ impl LaneTask {
                         "message-svc answered a batch with the wrong number of outcomes"
                     );
                     let status = Status::internal("send: message-svc answered badly; retry");
-                    return self.answer_all(answers, &status);
+                    return Err((status, answers));
                 }
                 for (answer, outcome) in answers.into_iter().zip(outcomes) {
                     if outcome.sent.is_none() && retryable(Code::from_i32(outcome.code)) {
@@ -369,8 +399,9 @@ impl LaneTask {
                         .answer(outcome_frame(answer.request_id, outcome));
                 }
             }
-            Err(status) => self.answer_all(answers, &status),
+            Err(status) => return Err((status, answers)),
         }
+        Ok(())
     }
 
     /// Every send of a batch that failed as a whole gets the batch's status (none of them

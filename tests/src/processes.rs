@@ -26,6 +26,8 @@ pub struct Addrs {
 /// One process: what starts it, and where it listens.
 struct Process {
     name: &'static str,
+    /// Where its output goes (kept while the test runs, for a failure's post-mortem).
+    log: PathBuf,
     listen: SocketAddr,
     command: Vec<String>,
     env: Vec<(String, String)>,
@@ -39,8 +41,15 @@ impl Process {
             .args(&self.command[1..])
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .kill_on_drop(true);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("a log file");
+        command
+            .stdout(log.try_clone().expect("a log file"))
+            .stderr(log);
         self.child = Some(command.spawn().expect("a service process starts"));
         let listen = self.listen;
         eventually(&format!("{} listening", self.name), PATIENCE, || async {
@@ -160,7 +169,7 @@ impl Deployment {
             } else {
                 format!("sqlite://{}/{name}.db?mode=rwc", data.display())
             };
-            for listen in &replicas[name] {
+            for (replica, listen) in replicas[name].iter().enumerate() {
                 let mut own = vec![
                     ("IMESH__DATABASE__URL".to_owned(), database.clone()),
                     ("IMESH__GRPC__LISTEN".to_owned(), listen.to_string()),
@@ -170,6 +179,7 @@ impl Deployment {
                 }
                 processes.push(Process {
                     name,
+                    log: data.join(format!("{name}-{replica}.log")),
                     listen: *listen,
                     command: vec![programs.service.to_owned(), name.to_owned()],
                     env: common.iter().cloned().chain(own).collect(),
@@ -183,9 +193,12 @@ impl Deployment {
             ("IMESH__TCP_LISTEN", addrs.gateway_tcp.to_string()),
             ("IMESH__GRPC__LISTEN", addrs.gateway_grpc.to_string()),
             ("IMESH__NODE_ID", "6".to_owned()),
+            // Test devices ack only in the tests about acks.
+            ("IMESH__ACK_TIMEOUT_MS", "120000".to_owned()),
         ];
         processes.push(Process {
             name: "gateway",
+            log: data.join("gateway.log"),
             listen: addrs.gateway_grpc,
             command: vec![programs.gateway.to_owned()],
             env: common
@@ -228,8 +241,14 @@ impl Deployment {
     }
 }
 
-/// The test Redis as a setting.
+/// The test Redis as a setting, on a database (1–15) of this deployment's own: processes
+/// of deployments side by side lease the same nodes from their own fresh SQL databases,
+/// so their ids (users, conversations) may coincide, and must not meet in Redis.
 fn redis() -> Option<(String, String)> {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let config = testing::redis().expect("the test Redis (scripts/test starts one)");
-    Some(("IMESH__REDIS__URL".to_owned(), config.url()?.to_owned()))
+    let url = config.url()?;
+    let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
+    let db = 1 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 15;
+    Some(("IMESH__REDIS__URL".to_owned(), format!("{base}/{db}")))
 }

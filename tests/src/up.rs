@@ -15,10 +15,24 @@ use tokio::process::{Child, Command};
 
 use crate::{INTERNAL_SECRET, JWT_SECRET, PASSWORD, PATIENCE, eventually};
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, never handed out before in this test process, and
+/// below the kernel's ephemeral range (32768 and up on Linux): tests running side by side
+/// start processes on ports they were given a moment earlier, and neither a probe's
+/// closing nor some process's outgoing connection may take the port meanwhile.
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
+    use std::hash::{BuildHasher, RandomState};
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let random = RandomState::new();
+    for attempt in 0u32.. {
+        let port = 20_000 + (random.hash_one(attempt) % 12_000) as u16;
+        let mut given = GIVEN.lock().expect("the ports given");
+        if given.contains(&port) || std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        given.push(port);
+        return port;
+    }
+    unreachable!("a free port below the ephemeral range")
 }
 
 pub struct UpProcess {

@@ -12,6 +12,7 @@ use std::{
 };
 
 use parking_lot::RwLock;
+use std::time::{Duration, Instant};
 
 use super::{Channel, Peers, RESOLVE_EVERY};
 
@@ -19,21 +20,53 @@ use super::{Channel, Peers, RESOLVE_EVERY};
 #[derive(Clone)]
 pub struct Keyed {
     members: Arc<RwLock<BTreeMap<SocketAddr, Channel>>>,
+    /// Replicas a call to failed at the transport, left out of [`Keyed::split`] until then.
+    down: Arc<RwLock<BTreeMap<SocketAddr, Instant>>>,
     /// Until the name first resolves: calls balanced over whatever it resolves to.
     fallback: Channel,
 }
 
+/// One replica's channel, as [`Keyed::split`] hands it out.
+#[derive(Clone)]
+pub struct Replica {
+    pub channel: Channel,
+    addr: Option<SocketAddr>,
+}
+
+/// How long a replica a call failed to reach is left out.
+const DOWN_FOR: Duration = Duration::from_secs(5);
+
 impl Keyed {
     /// Splits `items` by the replica owning each one's key, keeping their order within
     /// each replica's share; one share, with no split, while one replica (or none yet) is
-    /// known.
-    pub fn split<T>(&self, items: Vec<T>, key: impl Fn(&T) -> u64) -> Vec<(Channel, Vec<T>)> {
+    /// known. Replicas marked [`Keyed::down`] own nothing while others are up: their keys go
+    /// to their next choice.
+    pub fn split<T>(&self, items: Vec<T>, key: impl Fn(&T) -> u64) -> Vec<(Replica, Vec<T>)> {
         let members = self.members.read();
-        if members.len() <= 1 {
-            let only = members.values().next().unwrap_or(&self.fallback);
-            return vec![(only.clone(), items)];
+        let now = Instant::now();
+        let down = self.down.read();
+        let up: Vec<&SocketAddr> = members
+            .keys()
+            .filter(|a| down.get(*a).is_none_or(|until| *until <= now))
+            .collect();
+        let addrs: Vec<&SocketAddr> = if up.is_empty() {
+            members.keys().collect()
+        } else {
+            up
+        };
+        if addrs.len() <= 1 {
+            let only = match addrs.first() {
+                Some(addr) => Replica {
+                    channel: members[*addr].clone(),
+                    addr: Some(**addr),
+                },
+                None => Replica {
+                    channel: self.fallback.clone(),
+                    addr: None,
+                },
+            };
+            return vec![(only, items)];
         }
-        let addrs: Vec<&SocketAddr> = members.keys().collect();
         let mut shares: Vec<Vec<T>> = addrs.iter().map(|_| Vec::new()).collect();
         for item in items {
             shares[owner(&addrs, key(&item))].push(item);
@@ -42,8 +75,27 @@ impl Keyed {
             .into_iter()
             .zip(shares)
             .filter(|(_, share)| !share.is_empty())
-            .map(|(addr, share)| (members[addr].clone(), share))
+            .map(|(addr, share)| {
+                let replica = Replica {
+                    channel: members[addr].clone(),
+                    addr: Some(*addr),
+                };
+                (replica, share)
+            })
             .collect()
+    }
+
+    /// Leaves `replica` out for a few seconds: a call to it failed at the transport (it
+    /// died, or is restarting). False when there is no other to turn to.
+    pub fn down(&self, replica: &Replica) -> bool {
+        let Some(addr) = replica.addr else {
+            return false;
+        };
+        let others = self.members.read().len() > 1;
+        if others {
+            self.down.write().insert(addr, Instant::now() + DOWN_FOR);
+        }
+        others
     }
 
     /// The replicas known now.
@@ -76,7 +128,11 @@ impl Peers {
                 let channel = self.channel(&replica.to_string())?;
                 members.write().insert(replica, channel);
             }
-            return Ok(Keyed { members, fallback });
+            return Ok(Keyed {
+                members,
+                down: Arc::default(),
+                fallback,
+            });
         }
         let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
         if let Ok(ip) = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
@@ -91,7 +147,11 @@ impl Peers {
                 Arc::downgrade(&members),
             ));
         }
-        Ok(Keyed { members, fallback })
+        Ok(Keyed {
+            members,
+            down: Arc::default(),
+            fallback,
+        })
     }
 }
 
@@ -185,12 +245,27 @@ mod tests {
         }
         assert_eq!(shares.iter().map(|(_, s)| s.len()).sum::<usize>(), 300);
         let again = keyed.split((0..300u64).collect(), |k| *k);
-        let firsts = |s: &[(Channel, Vec<u64>)]| s.iter().map(|(_, v)| v[0]).collect::<Vec<_>>();
+        let firsts = |s: &[(Replica, Vec<u64>)]| s.iter().map(|(_, v)| v[0]).collect::<Vec<_>>();
         assert_eq!(
             firsts(&shares),
             firsts(&again),
             "the same keys, the same replicas"
         );
+        assert!(keyed.down(&shares[0].0));
+        let without = keyed.split((0..300u64).collect(), |k| *k);
+        assert_eq!(without.len(), 2, "a replica marked down owns nothing");
+        assert_eq!(without.iter().map(|(_, s)| s.len()).sum::<usize>(), 300);
+        for (_, kept) in &shares[1..] {
+            assert!(
+                without
+                    .iter()
+                    .any(|(_, share)| kept.iter().all(|k| share.contains(k))),
+                "the others keep their keys"
+            );
+        }
+        let lone = Peers::default().keyed("127.0.0.1:1").unwrap();
+        let (replica, _) = lone.split(vec![1], |k| *k).remove(0);
+        assert!(!lone.down(&replica), "a lone replica is never left out");
         assert!(Peers::default().keyed("127.0.0.1:1,nonsense").is_err());
     }
 }

@@ -1,8 +1,11 @@
 //! Two replicas of every service, each a process of its own, on PostgreSQL and Redis,
 //! behind a gateway that lists them: every device's pipelined messages reach their
 //! recipient once and in the order sent while both message-svc replicas take sends (each
-//! sender is owned by one, whose writer and relay keep its order). Runs when the test
-//! PostgreSQL and Redis are configured (scripts/test starts them).
+//! sender is owned by one, whose writer and relay keep its order); and when one
+//! message-svc replica is SIGKILLed mid-run, its senders move to the other, no
+//! acknowledged message is lost or delivered twice (what it stored and had not relayed is
+//! taken over once its node lease lapses), and it serves again after a restart. Runs when
+//! the test PostgreSQL and Redis are configured (scripts/test starts them).
 
 use std::collections::HashMap;
 
@@ -25,10 +28,11 @@ use imesh_tests::{
     scrape,
 };
 
-/// Senders, each writing to a recipient of their own.
-const PAIRS: usize = 6;
+/// Senders, each writing to a recipient of their own: enough that both replicas own some
+/// (all 16 on one: a chance of 2 in 65,536).
+const PAIRS: usize = 16;
 /// Messages each sender sends.
-const MESSAGES: usize = 40;
+const MESSAGES: usize = 30;
 /// Sends a device keeps unanswered (under the gateway's 32).
 const WINDOW: usize = 16;
 
@@ -90,16 +94,19 @@ async fn pipeline(device: &mut Device, to: i64) {
     }
 }
 
-/// The texts `device` receives from `sender` until it has `MESSAGES`, acking as it reads.
-async fn received(device: &mut Device, sender: i64) -> Vec<String> {
-    let mut texts = Vec::new();
-    while texts.len() < MESSAGES {
+/// The texts `device` receives from `sender` until it has `count` different ones (any
+/// repeats included), acking as it reads.
+async fn received(device: &mut Device, sender: i64, count: usize) -> Vec<String> {
+    let mut texts: Vec<String> = Vec::new();
+    let mut distinct = std::collections::HashSet::new();
+    while distinct.len() < count {
         let entry = device.next_push().await;
         device.ack(entry.sync_seq).await;
         if let Some(Kind::Message(m)) = entry.event.and_then(|e| e.kind)
             && m.sender_id == sender
             && let Some(content::Kind::Text(t)) = m.content.and_then(|c| c.kind)
         {
+            distinct.insert(t.text.clone());
             texts.push(t.text);
         }
     }
@@ -120,12 +127,12 @@ async fn batches_taken(addr: std::net::SocketAddr) -> u64 {
         .sum::<f64>() as u64
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_of_every_service_deliver_each_devices_messages_once_in_order() {
-    if testing::redis().is_none() || !testing::sql_backends().contains(&Backend::Postgres) {
-        return;
-    }
-    let deployment = Deployment::start_shaped(
+fn servers_configured() -> bool {
+    testing::redis().is_some() && testing::sql_backends().contains(&Backend::Postgres)
+}
+
+async fn replicated() -> Deployment {
+    Deployment::start_shaped(
         Programs {
             service: env!("CARGO_BIN_EXE_test-service"),
             gateway: env!("CARGO_BIN_EXE_test-gateway"),
@@ -133,7 +140,11 @@ async fn two_replicas_of_every_service_deliver_each_devices_messages_once_in_ord
         Shape::replicated(2),
         &[("IMESH__RATE_LIMITS__USER_PER_SEC", "0".to_owned())],
     )
-    .await;
+    .await
+}
+
+/// `PAIRS` senders and recipients, each signed in on a device of their own.
+async fn pairs(deployment: &Deployment) -> Vec<(i64, i64, Device, Device)> {
     let relation_addrs: Vec<String> = deployment.replicas["relation"]
         .iter()
         .map(ToString::to_string)
@@ -154,15 +165,27 @@ async fn two_replicas_of_every_service_deliver_each_devices_messages_once_in_ord
             .expect("recipient signed in");
         pairs.push((sender, recipient, from, to));
     }
-    let tasks = pairs
-        .into_iter()
-        .map(|(sender, recipient, mut from, mut to)| {
-            tokio::spawn(async move {
-                let receiving = tokio::spawn(async move { received(&mut to, sender).await });
-                pipeline(&mut from, recipient).await;
-                (sender, receiving.await.unwrap())
-            })
-        });
+    pairs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_of_every_service_deliver_each_devices_messages_once_in_order() {
+    if !servers_configured() {
+        return;
+    }
+    let deployment = replicated().await;
+    let tasks =
+        pairs(&deployment)
+            .await
+            .into_iter()
+            .map(|(sender, recipient, mut from, mut to)| {
+                tokio::spawn(async move {
+                    let receiving =
+                        tokio::spawn(async move { received(&mut to, sender, MESSAGES).await });
+                    pipeline(&mut from, recipient).await;
+                    (sender, receiving.await.unwrap())
+                })
+            });
     let results: HashMap<i64, Vec<String>> = futures::future::join_all(tasks)
         .await
         .into_iter()
@@ -179,6 +202,111 @@ async fn two_replicas_of_every_service_deliver_each_devices_messages_once_in_ord
         assert!(
             batches_taken(*addr).await > 0,
             "message-svc at {addr} took no sends: the senders did not spread"
+        );
+    }
+}
+
+/// Sends `texts` to `to` one at a time, each again (same client_msg_id) until acked.
+async fn send_until_acked(device: &mut Device, to: i64, texts: std::ops::Range<usize>) {
+    for i in texts {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let id = device.send_frame(text(to, i)).await;
+            match device.reply(id).await {
+                Body::SendAck(_) => break,
+                other => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "send {i} never acked: {other:?}"
+                ),
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The texts of `sender`'s messages in `device`'s inbox, once it holds `count` different
+/// ones (repeats included), polling for up to a minute: what the killed replica stored and
+/// had not relayed waits for its node lease to lapse (30 s).
+async fn inbox_texts(device: &mut Device, sender: i64, count: usize) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let texts: Vec<String> = device
+            .pull(0)
+            .await
+            .entries
+            .into_iter()
+            .filter_map(|entry| match entry.event?.kind? {
+                Kind::Message(m) if m.sender_id == sender => match m.content?.kind? {
+                    content::Kind::Text(t) => Some(t.text),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        let distinct: std::collections::HashSet<&String> = texts.iter().collect();
+        if distinct.len() >= count {
+            return texts;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} messages of {sender} never reached the inbox: {texts:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_message_replica_loses_no_acknowledged_message_and_serves_again() {
+    if !servers_configured() {
+        return;
+    }
+    let mut deployment = replicated().await;
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut senders = Vec::new();
+    let mut recipients = Vec::new();
+    for (sender, recipient, mut from, to) in pairs(&deployment).await {
+        let acked = acked.clone();
+        senders.push(tokio::spawn(async move {
+            for i in 0..MESSAGES {
+                send_until_acked(&mut from, recipient, i..i + 1).await;
+                acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            from
+        }));
+        recipients.push((sender, recipient, to));
+    }
+    imesh_tests::eventually(
+        "a third of the messages acked",
+        imesh_tests::PATIENCE,
+        || {
+            let acked = acked.load(std::sync::atomic::Ordering::Relaxed);
+            async move { (acked >= PAIRS * MESSAGES / 3).then_some(()) }
+        },
+    )
+    .await;
+    deployment.kill("message", 0).await;
+    let mut devices = Vec::new();
+    for sending in senders {
+        devices.push(sending.await.expect("every send acked despite the kill"));
+    }
+    let sent: Vec<String> = (0..MESSAGES).map(|i| i.to_string()).collect();
+    for (sender, _, to) in &mut recipients {
+        let mut texts = inbox_texts(to, *sender, MESSAGES).await;
+        texts.sort_by_key(|t| t.parse::<usize>().unwrap());
+        assert_eq!(
+            texts, sent,
+            "sender {sender}: each acked message exactly once"
+        );
+    }
+
+    deployment.restart("message", 0).await;
+    for (mut from, (sender, recipient, mut to)) in devices.into_iter().zip(recipients) {
+        send_until_acked(&mut from, recipient, MESSAGES..MESSAGES + 1).await;
+        let texts = inbox_texts(&mut to, sender, MESSAGES + 1).await;
+        assert_eq!(
+            texts.len(),
+            MESSAGES + 1,
+            "sender {sender} after the restart"
         );
     }
 }
