@@ -100,7 +100,7 @@ impl TestCluster {
         spec.sync_db = db().await;
         spec.redis = match stores {
             Stores::Embedded => RedisConfig::default(),
-            _ => testing::redis().expect("redis for this store set"),
+            _ => private_redis().expect("redis for this store set"),
         };
         // Test devices ack only in the tests about acks: give the others' pushes time.
         spec.gateway.ack_timeout_ms = 60_000;
@@ -252,6 +252,19 @@ where
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The test Redis on a database (1–15) of the caller's own, taken in turn: clusters and
+/// deployments side by side lease the same nodes from their own fresh SQL databases, so
+/// their ids (users, groups, conversations) may coincide, and must not meet in Redis.
+pub fn private_redis() -> Option<RedisConfig> {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut config = testing::redis()?;
+    let url = config.url()?.to_owned();
+    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
+    let db = 1 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 15;
+    config.url = Secret::new(format!("{base}/{db}"));
+    Some(config)
 }
 
 /// What Prometheus scrapes: `/metrics` over HTTP/1.1 on a service's gRPC port.

@@ -241,14 +241,8 @@ impl Deployment {
     }
 }
 
-/// The test Redis as a setting, on a database (1–15) of this deployment's own: processes
-/// of deployments side by side lease the same nodes from their own fresh SQL databases,
-/// so their ids (users, conversations) may coincide, and must not meet in Redis.
+/// The test Redis as a setting, on a database of this deployment's own.
 fn redis() -> Option<(String, String)> {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let config = testing::redis().expect("the test Redis (scripts/test starts one)");
-    let url = config.url()?;
-    let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
-    let db = 1 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 15;
-    Some(("IMESH__REDIS__URL".to_owned(), format!("{base}/{db}")))
+    let config = crate::private_redis().expect("the test Redis (scripts/test starts one)");
+    Some(("IMESH__REDIS__URL".to_owned(), config.url()?.to_owned()))
 }

@@ -157,18 +157,9 @@ async fn notify(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seqs_keep_rising_without_reuse_when_redis_is_flushed_mid_run() {
-    let Some(redis) = testing::redis() else {
-        return; // the embedded default has no Redis to flush
-    };
     // A database of its own on the test Redis, so flushing it touches no other test.
-    let url = redis.url().expect("a Redis URL");
-    let private = match url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/7"),
-        None => format!("{url}/7"),
-    };
-    let redis = RedisConfig {
-        url: Secret::new(private),
-        ..redis
+    let Some(redis) = imesh_tests::private_redis() else {
+        return; // the embedded default has no Redis to flush
     };
     let (_, nowhere) = listener().await;
     let senders = Senders::start(redis.clone(), nowhere, 14).await;
