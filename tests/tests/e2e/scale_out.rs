@@ -4,8 +4,10 @@
 //! sender is owned by one, whose writer and relay keep its order); and when one
 //! message-svc replica is SIGKILLed mid-run, its senders move to the other, no
 //! acknowledged message is lost or delivered twice (what it stored and had not relayed is
-//! taken over once its node lease lapses), and it serves again after a restart. Runs when
-//! the test PostgreSQL and Redis are configured (scripts/test starts them).
+//! taken over once its node lease lapses), and it serves again after a restart; and under
+//! steady sends one replica of each service in turn is SIGKILLed, sends keep being acked
+//! while it is down, it restarts, and no acknowledged message is lost or repeated. Runs
+//! when the test PostgreSQL and Redis are configured (scripts/test starts them).
 
 use std::collections::HashMap;
 
@@ -307,6 +309,53 @@ async fn a_killed_message_replica_loses_no_acknowledged_message_and_serves_again
             texts.len(),
             MESSAGES + 1,
             "sender {sender} after the restart"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_loses_a_replica_in_turn_under_load_and_no_acknowledged_message_is_lost() {
+    if !servers_configured() {
+        return;
+    }
+    let mut deployment = replicated().await;
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let progress = || acked.load(std::sync::atomic::Ordering::Relaxed);
+    let mut senders = Vec::new();
+    let mut recipients = Vec::new();
+    for (sender, recipient, mut from, to) in pairs(&deployment).await {
+        let acked = acked.clone();
+        senders.push(tokio::spawn(async move {
+            for i in 0..MESSAGES {
+                send_until_acked(&mut from, recipient, i..i + 1).await;
+                acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+        recipients.push((sender, to));
+    }
+    // Each service in turn: one replica killed, sends go on, the replica comes back.
+    for name in ["relation", "group", "message", "sync", "notify"] {
+        deployment.kill(name, 0).await;
+        let before = progress();
+        let what = format!("sends acked while a {name} replica is down");
+        let wanted = (before + PAIRS).min(PAIRS * MESSAGES);
+        imesh_tests::eventually(&what, imesh_tests::PATIENCE, || {
+            let now = progress();
+            async move { (now >= wanted).then_some(()) }
+        })
+        .await;
+        deployment.restart(name, 0).await;
+    }
+    for sending in senders {
+        sending.await.expect("every send acked despite the kills");
+    }
+    let sent: Vec<String> = (0..MESSAGES).map(|i| i.to_string()).collect();
+    for (sender, to) in &mut recipients {
+        let mut texts = inbox_texts(to, *sender, MESSAGES).await;
+        texts.sort_by_key(|t| t.parse::<usize>().unwrap());
+        assert_eq!(
+            texts, sent,
+            "sender {sender}: each acked message exactly once"
         );
     }
 }
