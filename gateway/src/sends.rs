@@ -8,9 +8,9 @@
 //! sees a device's sends in the order sent, and gives them seqs in that order.
 //!
 //! With several message-svc replicas, each batch is split by the replica owning each
-//! sender ([`Keyed`], rendezvous hashing over the replicas' addresses) and the shares go
-//! out together: a user's sends always reach one replica, whose single writer and outbox
-//! relay keep them in order all the way to the recipients.
+//! send's conversation ([`Keyed`], rendezvous hashing over the replicas' addresses) and the
+//! shares go out together: a conversation's sends always reach one replica, whose single
+//! writer and outbox relay keep them in seq order all the way to the recipients.
 //!
 //! Admission is bounded twice, each bound answered at once with `RESOURCE_EXHAUSTED` and a
 //! wait (never by waiting): a connection may have `sends_in_flight` sends unanswered, and a
@@ -106,6 +106,22 @@ struct Queued {
     outlet: Arc<Outlet>,
     /// The client request's span (none unless traces are exported).
     span: tracing::Span,
+}
+
+impl Queued {
+    /// A key of the send's conversation: a direct one's two users (either way round), or
+    /// its group.
+    fn conversation(&self) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let hasher = BuildHasherDefault::<DefaultHasher>::default();
+        match self.request.to {
+            Some(To::UserId(peer)) => {
+                hasher.hash_one(("d", self.sender.min(peer), self.sender.max(peer)))
+            }
+            Some(To::GroupId(group)) => hasher.hash_one(("g", group)),
+            None => hasher.hash_one(("u", self.sender)),
+        }
+    }
 }
 
 struct Lane {
@@ -305,7 +321,7 @@ impl LaneTask {
                 },
             );
             if !batch.is_empty() {
-                let shares = self.replicas.split(batch, |q| q.sender.unsigned_abs());
+                let shares = self.replicas.split(batch, Queued::conversation);
                 futures::future::join_all(
                     shares
                         .into_iter()
@@ -318,7 +334,7 @@ impl LaneTask {
 
     /// Sends one batch to a replica and hands each connection its answer. When the replica
     /// cannot be reached (it died or restarts) and another is up, the batch goes once more
-    /// to the next choice of each sender: the sends are idempotent (client_msg_id), so
+    /// to the next choice of each conversation: sends are idempotent (client_msg_id), so
     /// those the lost replica stored are answered from the store.
     async fn carry(&self, replica: Replica, batch: Vec<Queued>) {
         let again = (self.replicas.len() > 1).then(|| batch.clone());
@@ -330,7 +346,7 @@ impl LaneTask {
             && self.replicas.down(&replica)
         {
             tracing::warn!(error = %status, "a message-svc replica is unreachable; its senders go to the next");
-            for (next, share) in self.replicas.split(again, |q| q.sender.unsigned_abs()) {
+            for (next, share) in self.replicas.split(again, Queued::conversation) {
                 if let Err((status, answers)) = self.share(&next, share).await {
                     self.answer_all(answers, &status);
                 }

@@ -66,10 +66,10 @@ async fn user(
     (user.user_id, token)
 }
 
-fn text(to: i64, i: usize) -> client_frame::Body {
+fn text(to: To, i: usize) -> client_frame::Body {
     client_frame::Body::Send(SendRequest {
         client_msg_id: format!("m{i}"),
-        to: Some(To::UserId(to)),
+        to: Some(to),
         content: Some(Content {
             kind: Some(content::Kind::Text(Text {
                 text: i.to_string(),
@@ -80,7 +80,7 @@ fn text(to: i64, i: usize) -> client_frame::Body {
 }
 
 /// Sends `MESSAGES` texts "0", "1", … to `to`, up to `WINDOW` unanswered; every one acked.
-async fn pipeline(device: &mut Device, to: i64) {
+async fn pipeline(device: &mut Device, to: To) {
     let mut waiting = std::collections::VecDeque::new();
     for i in 0..MESSAGES {
         waiting.push_back(device.send_frame(text(to, i)).await);
@@ -140,7 +140,10 @@ async fn replicated() -> Deployment {
             gateway: env!("CARGO_BIN_EXE_test-gateway"),
         },
         Shape::replicated(2),
-        &[("IMESH__RATE_LIMITS__USER_PER_SEC", "0".to_owned())],
+        &[
+            ("IMESH__RATE_LIMITS__USER_PER_SEC", "0".to_owned()),
+            ("IMESH__RATE_LIMITS__GROUP_PER_SEC", "0".to_owned()),
+        ],
     )
     .await
 }
@@ -184,7 +187,7 @@ async fn two_replicas_of_every_service_deliver_each_devices_messages_once_in_ord
                 tokio::spawn(async move {
                     let receiving =
                         tokio::spawn(async move { received(&mut to, sender, MESSAGES).await });
-                    pipeline(&mut from, recipient).await;
+                    pipeline(&mut from, To::UserId(recipient)).await;
                     (sender, receiving.await.unwrap())
                 })
             });
@@ -213,7 +216,7 @@ async fn send_until_acked(device: &mut Device, to: i64, texts: std::ops::Range<u
     for i in texts {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
-            let id = device.send_frame(text(to, i)).await;
+            let id = device.send_frame(text(To::UserId(to), i)).await;
             match device.reply(id).await {
                 Body::SendAck(_) => break,
                 other => assert!(
@@ -358,4 +361,97 @@ async fn every_service_loses_a_replica_in_turn_under_load_and_no_acknowledged_me
             "sender {sender}: each acked message exactly once"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_messages_from_many_senders_reach_a_member_in_seq_order_across_replicas() {
+    use imesh_protos::group::{CreateGroupRequest, group_service_client::GroupServiceClient};
+    if !servers_configured() {
+        return;
+    }
+    let deployment = replicated().await;
+    let mut pairs = pairs(&deployment).await;
+    let (_, listener_id, _, mut listener) = pairs.remove(0);
+    let owner = pairs[0].0;
+    let groups: Vec<String> = deployment.replicas["group"]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let caller = Caller::new(&Secret::new(INTERNAL_SECRET)).unwrap();
+    let create = CreateGroupRequest {
+        name: "crowd".into(),
+        member_ids: pairs
+            .iter()
+            .skip(1)
+            .map(|p| p.0)
+            .chain([listener_id])
+            .collect(),
+        ..Default::default()
+    };
+    let group = GroupServiceClient::new(imesh_kit::grpc::channel(&groups.join(",")).unwrap())
+        .create_group(caller.request(Actor::User(owner), create))
+        .await
+        .expect("group created")
+        .into_inner()
+        .group
+        .unwrap()
+        .group_id;
+    // The group's own events reach the listener first: from then on only the group's
+    // messages are appended to its inbox, one relay batch after another.
+    let created = format!("{group}");
+    let deadline = tokio::time::Instant::now() + imesh_tests::PATIENCE;
+    while !listener
+        .pull(0)
+        .await
+        .entries
+        .iter()
+        .any(|e| format!("{:?}", e.event).contains(&created))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the listener never heard of the group"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let senders = pairs.len();
+    let sending = pairs.into_iter().map(|(_, _, mut from, _)| {
+        tokio::spawn(async move { pipeline(&mut from, To::GroupId(group)).await })
+    });
+    for sent in futures::future::join_all(sending).await {
+        sent.expect("every group send acked");
+    }
+    // The listener's inbox, in the order it was appended: the group's texts by seq.
+    let conversation = format!("g:{group}");
+    let deadline = tokio::time::Instant::now() + imesh_tests::PATIENCE;
+    let mut seqs = Vec::new();
+    let mut after = 0;
+    while seqs.len() < senders * MESSAGES {
+        let page = listener.pull(after).await;
+        for entry in &page.entries {
+            after = after.max(entry.sync_seq);
+            if let Some(Kind::Message(m)) = entry.event.as_ref().and_then(|e| e.kind.as_ref())
+                && m.conversation_id == conversation
+                && m.content
+                    .as_ref()
+                    .and_then(|c| c.kind.as_ref())
+                    .is_some_and(|k| matches!(k, content::Kind::Text(_)))
+            {
+                seqs.push(m.seq);
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} group messages arrived",
+            seqs.len(),
+            senders * MESSAGES
+        );
+        if page.entries.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(seqs.len(), senders * MESSAGES, "each message once");
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "the group's messages reach the member in seq order: {seqs:?}"
+    );
 }
