@@ -260,16 +260,22 @@ async fn inbox_texts(device: &mut Device, sender: i64, count: usize) -> Vec<Stri
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_message_replica_loses_no_acknowledged_message_and_serves_again() {
-    if !servers_configured() {
-        return;
-    }
-    let mut deployment = replicated().await;
+/// Senders sending steadily, one message at a time until each is acked, and their
+/// recipients' devices.
+struct Steady {
+    /// Messages acked so far, over all senders.
+    acked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Each sender's task, handing its device back once all `MESSAGES` are acked.
+    senders: Vec<tokio::task::JoinHandle<Device>>,
+    /// (sender, recipient, the recipient's device).
+    recipients: Vec<(i64, i64, Device)>,
+}
+
+async fn steady(deployment: &Deployment) -> Steady {
     let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut senders = Vec::new();
     let mut recipients = Vec::new();
-    for (sender, recipient, mut from, to) in pairs(&deployment).await {
+    for (sender, recipient, mut from, to) in pairs(deployment).await {
         let acked = acked.clone();
         senders.push(tokio::spawn(async move {
             for i in 0..MESSAGES {
@@ -280,6 +286,24 @@ async fn a_killed_message_replica_loses_no_acknowledged_message_and_serves_again
         }));
         recipients.push((sender, recipient, to));
     }
+    Steady {
+        acked,
+        senders,
+        recipients,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_message_replica_loses_no_acknowledged_message_and_serves_again() {
+    if !servers_configured() {
+        return;
+    }
+    let mut deployment = replicated().await;
+    let Steady {
+        acked,
+        senders,
+        mut recipients,
+    } = steady(&deployment).await;
     imesh_tests::eventually(
         "a third of the messages acked",
         imesh_tests::PATIENCE,
@@ -322,20 +346,12 @@ async fn every_service_loses_a_replica_in_turn_under_load_and_no_acknowledged_me
         return;
     }
     let mut deployment = replicated().await;
-    let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let Steady {
+        acked,
+        senders,
+        mut recipients,
+    } = steady(&deployment).await;
     let progress = || acked.load(std::sync::atomic::Ordering::Relaxed);
-    let mut senders = Vec::new();
-    let mut recipients = Vec::new();
-    for (sender, recipient, mut from, to) in pairs(&deployment).await {
-        let acked = acked.clone();
-        senders.push(tokio::spawn(async move {
-            for i in 0..MESSAGES {
-                send_until_acked(&mut from, recipient, i..i + 1).await;
-                acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }));
-        recipients.push((sender, to));
-    }
     // Each service in turn: one replica killed, sends go on, the replica comes back.
     for name in ["relation", "group", "message", "sync", "notify"] {
         deployment.kill(name, 0).await;
@@ -353,7 +369,7 @@ async fn every_service_loses_a_replica_in_turn_under_load_and_no_acknowledged_me
         sending.await.expect("every send acked despite the kills");
     }
     let sent: Vec<String> = (0..MESSAGES).map(|i| i.to_string()).collect();
-    for (sender, to) in &mut recipients {
+    for (sender, _, to) in &mut recipients {
         let mut texts = inbox_texts(to, *sender, MESSAGES).await;
         texts.sort_by_key(|t| t.parse::<usize>().unwrap());
         assert_eq!(
