@@ -462,6 +462,18 @@ fn endpoint(uri: &str) -> anyhow::Result<Endpoint> {
         .http2_keep_alive_interval(Duration::from_secs(30)))
 }
 
+/// The addresses `name` resolves to now; `None` (logged) when resolving fails, so callers
+/// keep the addresses they had.
+async fn resolved(name: &str) -> Option<std::collections::BTreeSet<SocketAddr>> {
+    match tokio::net::lookup_host(name).await {
+        Ok(found) => Some(found.collect()),
+        Err(e) => {
+            tracing::warn!(%name, error = %e, "resolving a peer failed");
+            None
+        }
+    }
+}
+
 /// Keeps `changes` in step with the addresses `name` resolves to, until the channel is gone.
 async fn follow_addresses(
     name: String,
@@ -471,26 +483,22 @@ async fn follow_addresses(
     use tonic::transport::channel::Change;
     let mut known = std::collections::BTreeSet::new();
     loop {
-        match tokio::net::lookup_host(&name).await {
-            Ok(found) => {
-                let found: std::collections::BTreeSet<SocketAddr> = found.collect();
-                for gone in known.difference(&found) {
-                    if changes.send(Change::Remove(*gone)).await.is_err() {
-                        return;
-                    }
+        // Keep the addresses we had when resolving fails: a hiccup must not empty the channel.
+        if let Some(found) = resolved(&name).await {
+            for gone in known.difference(&found) {
+                if changes.send(Change::Remove(*gone)).await.is_err() {
+                    return;
                 }
-                for new in found.difference(&known) {
-                    let Ok(endpoint) = peers.endpoint(&new.to_string()) else {
-                        continue;
-                    };
-                    if changes.send(Change::Insert(*new, endpoint)).await.is_err() {
-                        return;
-                    }
-                }
-                known = found;
             }
-            // Keep the addresses we had: a resolver hiccup must not empty the channel.
-            Err(e) => tracing::warn!(%name, error = %e, "resolving a peer failed"),
+            for new in found.difference(&known) {
+                let Ok(endpoint) = peers.endpoint(&new.to_string()) else {
+                    continue;
+                };
+                if changes.send(Change::Insert(*new, endpoint)).await.is_err() {
+                    return;
+                }
+            }
+            known = found;
         }
         tokio::select! {
             () = tokio::time::sleep(RESOLVE_EVERY) => {}

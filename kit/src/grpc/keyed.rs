@@ -121,34 +121,34 @@ impl Peers {
     /// replica, as is each of a comma-separated list of them; a host name is resolved now
     /// and every 10 s (a headless Service's pods).
     pub fn keyed(&self, addr: &str) -> anyhow::Result<Keyed> {
-        let fallback = self.channel(addr)?;
-        let members = Arc::new(RwLock::new(BTreeMap::new()));
-        if addr.contains(',') {
-            for replica in super::listed(addr)? {
-                let channel = self.channel(&replica.to_string())?;
-                members.write().insert(replica, channel);
-            }
-            return Ok(Keyed {
-                members,
-                down: Arc::default(),
-                fallback,
-            });
-        }
         let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
-        if let Ok(ip) = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+        let fixed = if addr.contains(',') {
+            super::listed(addr)?
+        } else if let Ok(ip) = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
             let port = addr.rsplit_once(':').map_or("", |(_, port)| port).parse()?;
-            members
-                .write()
-                .insert(SocketAddr::new(ip, port), fallback.clone());
+            vec![SocketAddr::new(ip, port)]
         } else {
-            tokio::spawn(follow(
-                addr.to_owned(),
-                self.clone(),
-                Arc::downgrade(&members),
-            ));
+            // A host name: balanced over what it resolves to until it first resolves.
+            let keyed = Keyed {
+                members: Arc::default(),
+                down: Arc::default(),
+                fallback: self.channel(addr)?,
+            };
+            let members = Arc::downgrade(&keyed.members);
+            tokio::spawn(follow(addr.to_owned(), self.clone(), members));
+            return Ok(keyed);
+        };
+        let mut members = BTreeMap::new();
+        for replica in fixed {
+            members.insert(replica, self.channel(&replica.to_string())?);
         }
+        let fallback = members
+            .values()
+            .next()
+            .cloned()
+            .expect("one replica at least");
         Ok(Keyed {
-            members,
+            members: Arc::new(RwLock::new(members)),
             down: Arc::default(),
             fallback,
         })
@@ -158,29 +158,26 @@ impl Peers {
 /// Keeps `members` in step with the addresses `name` resolves to, until it is dropped.
 async fn follow(name: String, peers: Peers, members: Weak<RwLock<BTreeMap<SocketAddr, Channel>>>) {
     loop {
-        match tokio::net::lookup_host(&name).await {
-            Ok(found) => {
-                let Some(members) = members.upgrade() else {
-                    return;
+        // Keep the replicas we had when resolving fails: a hiccup must not move every key.
+        if let Some(found) = super::resolved(&name).await {
+            let Some(members) = members.upgrade() else {
+                return;
+            };
+            let mut next = BTreeMap::new();
+            for addr in found {
+                let known = members.read().get(&addr).cloned();
+                let channel = match known {
+                    Some(channel) => channel,
+                    None => match peers.channel(&addr.to_string()) {
+                        Ok(channel) => channel,
+                        Err(_) => continue,
+                    },
                 };
-                let mut next = BTreeMap::new();
-                for addr in found {
-                    let known = members.read().get(&addr).cloned();
-                    let channel = match known {
-                        Some(channel) => channel,
-                        None => match peers.channel(&addr.to_string()) {
-                            Ok(channel) => channel,
-                            Err(_) => continue,
-                        },
-                    };
-                    next.insert(addr, channel);
-                }
-                if !next.is_empty() {
-                    *members.write() = next;
-                }
+                next.insert(addr, channel);
             }
-            // Keep the replicas we had: a resolver hiccup must not move every key.
-            Err(e) => tracing::warn!(%name, error = %e, "resolving a peer failed"),
+            if !next.is_empty() {
+                *members.write() = next;
+            }
         }
         if members.strong_count() == 0 {
             return;

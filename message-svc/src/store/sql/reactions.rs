@@ -90,31 +90,32 @@ async fn apply(
         .and_where(Expr::col(Alias::new("seq")).eq(c.seq))
         .to_owned();
     txn.execute(&lock).await?;
+    // The user's reaction row; the message's totals; its total of this emoji.
+    let own = Condition::all()
+        .add(Expr::col(Reactions::ConversationId).eq(c.conversation_id.as_str()))
+        .add(Expr::col(Reactions::Seq).eq(c.seq))
+        .add(Expr::col(Reactions::Emoji).eq(bytes(&c.emoji)))
+        .add(Expr::col(Reactions::UserId).eq(c.user_id));
+    let totals = Condition::all()
+        .add(Expr::col(ReactionTotals::ConversationId).eq(c.conversation_id.as_str()))
+        .add(Expr::col(ReactionTotals::Seq).eq(c.seq));
+    let total = totals
+        .clone()
+        .add(Expr::col(ReactionTotals::Emoji).eq(bytes(&c.emoji)));
     let mine = Query::select()
         .column(Reactions::UserId)
         .from(Reactions::Table)
-        .and_where(Expr::col(Reactions::ConversationId).eq(c.conversation_id.as_str()))
-        .and_where(Expr::col(Reactions::Seq).eq(c.seq))
-        .and_where(Expr::col(Reactions::Emoji).eq(bytes(&c.emoji)))
-        .and_where(Expr::col(Reactions::UserId).eq(c.user_id))
+        .cond_where(own.clone())
         .to_owned();
     let present = txn.query_one(&mine).await?.is_some();
     if present == c.added {
         return Ok(ReactOutcome::Unchanged);
     }
-    let of_message = |column: ReactionTotals| {
-        Expr::col(column).eq(match column {
-            ReactionTotals::ConversationId => Value::from(c.conversation_id.as_str()),
-            ReactionTotals::Seq => Value::from(c.seq),
-            _ => Value::from(bytes(&c.emoji)),
-        })
-    };
     if c.added {
         let emojis = Query::select()
             .column(ReactionTotals::Emoji)
             .from(ReactionTotals::Table)
-            .and_where(of_message(ReactionTotals::ConversationId))
-            .and_where(of_message(ReactionTotals::Seq))
+            .cond_where(totals)
             .to_owned();
         let emojis: HashSet<String> = txn
             .query_all(&emojis)
@@ -151,9 +152,7 @@ async fn apply(
                     ReactionTotals::Total,
                     Expr::col(ReactionTotals::Total).add(1),
                 )
-                .and_where(of_message(ReactionTotals::ConversationId))
-                .and_where(of_message(ReactionTotals::Seq))
-                .and_where(of_message(ReactionTotals::Emoji))
+                .cond_where(total.clone())
                 .to_owned();
             txn.execute(&raise).await?;
         } else {
@@ -177,10 +176,7 @@ async fn apply(
     } else {
         let delete = Query::delete()
             .from_table(Reactions::Table)
-            .and_where(Expr::col(Reactions::ConversationId).eq(c.conversation_id.as_str()))
-            .and_where(Expr::col(Reactions::Seq).eq(c.seq))
-            .and_where(Expr::col(Reactions::Emoji).eq(bytes(&c.emoji)))
-            .and_where(Expr::col(Reactions::UserId).eq(c.user_id))
+            .cond_where(own)
             .to_owned();
         txn.execute(&delete).await?;
         let lower = Query::update()
@@ -189,16 +185,12 @@ async fn apply(
                 ReactionTotals::Total,
                 Expr::col(ReactionTotals::Total).sub(1),
             )
-            .and_where(of_message(ReactionTotals::ConversationId))
-            .and_where(of_message(ReactionTotals::Seq))
-            .and_where(of_message(ReactionTotals::Emoji))
+            .cond_where(total.clone())
             .to_owned();
         txn.execute(&lower).await?;
         let emptied = Query::delete()
             .from_table(ReactionTotals::Table)
-            .and_where(of_message(ReactionTotals::ConversationId))
-            .and_where(of_message(ReactionTotals::Seq))
-            .and_where(of_message(ReactionTotals::Emoji))
+            .cond_where(total.clone())
             .and_where(Expr::col(ReactionTotals::Total).lte(0))
             .to_owned();
         txn.execute(&emptied).await?;
