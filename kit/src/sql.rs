@@ -2,7 +2,7 @@
 
 use std::{path::Path, time::Duration};
 
-use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbErr};
 use sea_orm_migration::MigratorTrait;
 
 use crate::config::SqlConfig;
@@ -140,6 +140,20 @@ fn sqlite_path(url: &str) -> Option<&str> {
     (path != ":memory:" && !path.is_empty()).then_some(path)
 }
 
+/// Whether `err` chose this transaction as a deadlock's victim or failed it to keep
+/// transactions serializable (SQLSTATE 40001 / 40P01): it stored nothing and may be run
+/// again as it was.
+pub fn is_deadlock(err: &DbErr) -> bool {
+    let (DbErr::Exec(sea_orm::RuntimeErr::SqlxError(err))
+    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(err))) = err
+    else {
+        return false;
+    };
+    err.as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == "40001" || code == "40P01")
+}
+
 /// `INSERT rows … ON CONFLICT (key) DO UPDATE SET c = greatest(c, new c)` for each of
 /// `max_columns`: the monotonic upsert behind every "never moves back" value (ceilings,
 /// watermarks, cursors), written for whichever backend `backend` is.
@@ -163,6 +177,8 @@ pub enum Merge<'a> {
     /// Takes the new value when the new `by` is greater than the stored `by` (e.g. the last
     /// message of a conversation, by seq). `by` itself must be merged with `Greatest`.
     NewerBy { column: &'a str, by: &'a str },
+    /// Adds the new value to the stored one (a counter advanced by the row's value).
+    Add(&'a str),
 }
 
 /// `INSERT rows … ON CONFLICT (key)` merging the columns `merges` names, or doing nothing
@@ -210,6 +226,7 @@ pub fn upsert(
         .into_iter()
         .map(|merge| match *merge {
             Merge::Greatest(col) => format!("{col} = {greatest}({}, {})", old(col), new(col)),
+            Merge::Add(col) => format!("{col} = {} + {}", old(col), new(col)),
             Merge::NewerBy { column, by } => format!(
                 "{column} = CASE WHEN {} > {} THEN {} ELSE {} END",
                 new(by),

@@ -1,7 +1,7 @@
 //! Write fanout on each SQL backend configured (SQLite always; PostgreSQL and MySQL with
-//! `source scripts/stores.sh && stores_start`), with in-process counters: group messages
-//! appended to 100 and to 1,000 members' inboxes — sync_seqs for every recipient, the inbox
-//! rows, the conversation state — with live delivery to a no-op notifier; one message per
+//! `source scripts/stores.sh && stores_start`): group messages appended to 100 and to 1,000
+//! members' inboxes — every recipient's inbox head read and raised, the inbox rows, the
+//! conversation state — with live delivery to a no-op notifier; one message per
 //! append (an idle relay) and 16 (a busy relay's batch). Criterion's throughput is
 //! deliveries per second.
 

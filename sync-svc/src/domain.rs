@@ -8,7 +8,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use imesh_kit::{error::StoreError, ids::Snowflake, metrics::Registry, seq::SeqAllocator};
+use imesh_kit::{error::StoreError, ids::Snowflake, metrics::Registry};
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::{
@@ -99,7 +99,6 @@ pub const MAX_PULL: u32 = 500;
 
 pub struct Inboxes {
     store: Arc<dyn InboxStore>,
-    seqs: Arc<SeqAllocator>,
     ids: Arc<Snowflake>,
     notifier: Arc<dyn Notifier>,
     members: Arc<dyn Memberships>,
@@ -116,7 +115,6 @@ pub type EncodeAdvanced = fn(conversation_id: &str, latest_seq: i64) -> Bytes;
 
 /// What [`Inboxes`] is built from besides its store.
 pub struct Parts {
-    pub seqs: Arc<SeqAllocator>,
     pub ids: Arc<Snowflake>,
     pub notifier: Arc<dyn Notifier>,
     pub members: Arc<dyn Memberships>,
@@ -143,7 +141,6 @@ pub struct Encoders {
 impl Inboxes {
     pub fn new(store: Arc<dyn InboxStore>, parts: Parts) -> Self {
         let Parts {
-            seqs,
             ids,
             notifier,
             members,
@@ -153,7 +150,6 @@ impl Inboxes {
         } = parts;
         Self {
             store,
-            seqs,
             ids,
             notifier,
             members,
@@ -165,9 +161,8 @@ impl Inboxes {
         }
     }
 
-    /// Reports seq allocations and fanout sizes in `registry`.
+    /// Reports fanout sizes in `registry`.
     pub fn register(&self, registry: &mut Registry) {
-        self.seqs.register(registry);
         registry.register(
             "inbox_fanout_recipients",
             "Inboxes one appended event was written to",
@@ -233,12 +228,6 @@ impl Inboxes {
             let mut recipients = event.recipients;
             recipients.sort_unstable();
             recipients.dedup();
-            let keys: Vec<String> = recipients
-                .iter()
-                .map(|u| crate::keys::inbox_seq(*u))
-                .collect();
-            let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-            let seqs = self.seqs.next_many(&key_refs).await?;
             self.fanout.observe(recipients.len() as f64);
             let hook = self
                 .webhooks
@@ -248,7 +237,7 @@ impl Inboxes {
                 id: self.ids.next_id()?,
                 event_id: event.event_id,
                 payload: event.payload,
-                entries: recipients.into_iter().zip(seqs).collect(),
+                recipients,
                 mark: event.mark,
                 hook,
             });
@@ -257,14 +246,14 @@ impl Inboxes {
         let passed = self.passed_by_senders(&stored).await?;
         // A concurrent append of the same event fails this one with Conflict; the caller's
         // retry then finds the event known.
-        self.store.append(&stored).await?;
+        let seqs = self.store.append(&stored).await?;
         if let Some(relay) = &self.webhooks
             && stored.iter().any(|e| e.hook.is_some())
         {
             relay.notify_one();
         }
         self.mark_senders(passed).await;
-        self.notify(&stored).await;
+        self.notify(&stored, &seqs).await;
         self.advance(advanced).await;
         Ok(Appended {
             appended,
@@ -272,11 +261,12 @@ impl Inboxes {
         })
     }
 
-    async fn notify(&self, stored: &[StoredEvent]) {
+    /// Pushes each event's entries (`seqs`: by event and recipient) to their users.
+    async fn notify(&self, stored: &[StoredEvent], seqs: &[Vec<i64>]) {
         let mut per_user: std::collections::HashMap<i64, Vec<Entry>> =
             std::collections::HashMap::new();
-        for event in stored {
-            for (user, sync_seq) in &event.entries {
+        for (event, seqs) in stored.iter().zip(seqs) {
+            for (user, sync_seq) in event.recipients.iter().zip(seqs) {
                 per_user.entry(*user).or_default().push(Entry {
                     sync_seq: *sync_seq,
                     payload: event.payload.clone(),

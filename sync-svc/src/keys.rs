@@ -1,9 +1,4 @@
-//! Every counter key sync-svc uses, with hash tags for Redis Cluster.
-
-/// The sync_seq counter of one user's inbox.
-pub fn inbox_seq(user_id: i64) -> String {
-    format!("{{u:{user_id}}}:sync")
-}
+//! Every Redis key sync-svc uses, with hash tags for Redis Cluster.
 
 /// The read-receipt bitmap arena of one conversation (a Redis string).
 pub fn receipt_bits(conversation_id: &str) -> String {

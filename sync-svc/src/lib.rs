@@ -30,7 +30,6 @@ use imesh_kit::{
     identity::{Caller, InternalAuth},
     ids::lease::{NodeBlock, NodeIds},
     outbox::{Relay, RelayMetrics, SqlOutbox},
-    seq::{Counters, MemoryCounters, RedisCounters, SeqAllocator, SqlCeilings},
 };
 use imesh_protos::sync::sync_service_server::SyncServiceServer;
 use serde::{Deserialize, Serialize};
@@ -46,8 +45,6 @@ pub struct Config {
     pub notify_addr: String,
     /// group-svc's gRPC address (memberships of read-fanout groups).
     pub group_addr: String,
-    /// How far ahead each persisted sync_seq ceiling reaches.
-    pub seq_step: i64,
     /// Inbox entries older than this are dropped (hourly); 0 keeps them forever. The
     /// messages stay in message-svc's history.
     pub inbox_retention_hours: u64,
@@ -70,7 +67,6 @@ impl Default for Config {
             redis: RedisConfig::default(),
             notify_addr: "127.0.0.1:50055".into(),
             group_addr: "127.0.0.1:50052".into(),
-            seq_step: 1000,
             inbox_retention_hours: 7 * 24,
             receipt_window_ms: 1000,
             webhooks: imesh_kit::config::HookConfig::default(),
@@ -105,25 +101,14 @@ impl Service {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
         let node = NodeIds::new(&db, node_id, NODE_IDS).await?;
-        let (counters, bits): (Arc<dyn Counters>, Arc<dyn ReceiptBits>) = match config.redis.url() {
+        let bits: Arc<dyn ReceiptBits> = match config.redis.url() {
             Some(url) => {
                 let pool = imesh_kit::redis::connect(&config.redis, url).await?;
                 let arena_ttl = Duration::from_secs(config.inbox_retention_hours.max(24) * 3600);
-                (
-                    Arc::new(RedisCounters::new(pool.clone())),
-                    Arc::new(bits::redis::RedisBits::new(pool, arena_ttl)),
-                )
+                Arc::new(bits::redis::RedisBits::new(pool, arena_ttl))
             }
-            None => (
-                Arc::new(MemoryCounters::default()),
-                Arc::new(bits::memory::MemoryBits::default()),
-            ),
+            None => Arc::new(bits::memory::MemoryBits::default()),
         };
-        let seqs = SeqAllocator::new(
-            counters,
-            Arc::new(SqlCeilings::new(db.clone())),
-            config.seq_step,
-        );
         let caller = Caller::new(&auth.internal_secret)?;
         let peers = grpc::Peers::new(&config.grpc)?;
         let notifier =
@@ -144,7 +129,6 @@ impl Service {
         let inboxes = domain::Inboxes::new(
             Arc::new(store::sql::SqlInboxStore::new(db.clone())),
             domain::Parts {
-                seqs: Arc::new(seqs),
                 ids: node.ids.clone(),
                 notifier: Arc::new(notifier),
                 members: Arc::new(members),

@@ -1,14 +1,10 @@
-//! What the sync-svc benches share: inboxes over a fresh database of one backend, with
-//! in-process counters, a no-op notifier and a fixed member map.
+//! What the sync-svc benches share: inboxes over a fresh database of one backend, with a
+//! no-op notifier and a fixed member map.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use imesh_kit::{
-    ids::Snowflake,
-    seq::{MemoryCounters, SeqAllocator, SqlCeilings},
-    testing,
-};
+use imesh_kit::{ids::Snowflake, testing};
 use sync_svc::{
     bits::ReceiptBits,
     domain::{Entry, Inboxes, MemberMap, Memberships, Notifier, Parts},
@@ -49,16 +45,10 @@ pub(crate) async fn inboxes(
     let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
         .await
         .unwrap();
-    let seqs = SeqAllocator::new(
-        Arc::new(MemoryCounters::default()),
-        Arc::new(SqlCeilings::new(db.clone())),
-        10_000,
-    );
     let group = Arc::new(Group(map));
     Inboxes::new(
         Arc::new(SqlInboxStore::new(db)),
         Parts {
-            seqs: Arc::new(seqs),
             ids: Arc::new(Snowflake::new(1)),
             notifier: group.clone(),
             members: group,

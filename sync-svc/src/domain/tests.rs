@@ -1,14 +1,11 @@
-//! Fanout, replay and pull over a real SQLite store with in-process counters.
+//! Fanout, replay and pull over a real SQLite store.
 
 mod reads;
 mod receipts;
 
 use parking_lot::Mutex;
 
-use imesh_kit::{
-    seq::{MemoryCounters, SqlCeilings},
-    testing,
-};
+use imesh_kit::testing;
 
 use super::*;
 use crate::store::sql::{Migrator, SqlInboxStore};
@@ -77,16 +74,10 @@ fn build(
     members: Arc<Members>,
     bits: Arc<dyn ReceiptBits>,
 ) -> (Inboxes, Arc<Recorder>) {
-    let seqs = SeqAllocator::new(
-        Arc::new(MemoryCounters::default()),
-        Arc::new(SqlCeilings::new(db.clone())),
-        100,
-    );
     let recorder = Arc::new(Recorder::default());
     let inboxes = Inboxes::new(
         Arc::new(SqlInboxStore::new(db)),
         Parts {
-            seqs: Arc::new(seqs),
             ids: Arc::new(Snowflake::new(0)),
             notifier: recorder.clone(),
             members,

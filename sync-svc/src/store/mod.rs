@@ -16,8 +16,8 @@ pub struct StoredEvent {
     pub id: i64,
     pub event_id: String,
     pub payload: Bytes,
-    /// `(user, sync_seq)` per recipient.
-    pub entries: Vec<(i64, i64)>,
+    /// Who gets an inbox entry: each user once.
+    pub recipients: Vec<i64>,
     pub mark: Option<Mark>,
     /// The app server's webhook payload of the event, queued with it when webhooks are on.
     pub hook: Option<Vec<u8>>,
@@ -35,9 +35,11 @@ pub trait InboxStore: Send + Sync + 'static {
     /// message follows the highest seq), gives every recipient a read state starting just
     /// before it, raises the sender's read seq to it and flags the mentioned; a recall of the
     /// latest message marks it recalled; a message asking for receipts gets the next free
-    /// slot of its conversation's arena. MUST fail with `Conflict`, storing nothing, when an
-    /// event id or a `(user, sync_seq)` already exists.
-    async fn append(&self, events: &[StoredEvent]) -> Result<(), StoreError>;
+    /// slot of its conversation's arena. Each recipient's entries get the next `sync_seq`s
+    /// of their inbox, in event order; returns them by event and recipient. A user's
+    /// entries become visible in `sync_seq` order, however many appends run at once. MUST
+    /// fail with `Conflict`, storing nothing, when an event id already exists.
+    async fn append(&self, events: &[StoredEvent]) -> Result<Vec<Vec<i64>>, StoreError>;
     /// Up to `limit` of `user`'s entries with `sync_seq > after`, in order.
     async fn entries(&self, user: i64, after: i64, limit: u32) -> Result<Vec<Entry>, StoreError>;
     /// Drops the events with a row id below `event_id` (older than the retention) and their

@@ -1,18 +1,19 @@
 //! The sea-orm adapter of [`InboxStore`] and sync-svc's migrations.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
 };
 
 use async_trait::async_trait;
 use imesh_kit::error::StoreError;
-use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, DbErr, TransactionTrait};
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::{InboxStore, StoredEvent};
 use crate::domain::{ConversationView, Cursor, Entry, PushSettings, Receipt, Settings};
 
+mod heads;
 mod push;
 mod reads;
 mod receipts;
@@ -44,42 +45,76 @@ enum DeviceCursors {
 /// Rows per INSERT statement, well under every backend's bind-parameter limit.
 const CHUNK: usize = 1000;
 
+/// How many times an append numbers its entries again after racing other appends to
+/// the same seqs; then it fails with `Conflict` and its caller retries.
+const NUMBERING_ATTEMPTS: u32 = 8;
+
 #[derive(Clone)]
 pub struct SqlInboxStore {
     db: DatabaseConnection,
     known: Arc<reads::KnownStates>,
+    /// Taken by each append on SQLite.
+    turns: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl SqlInboxStore {
     pub fn new(db: DatabaseConnection) -> Self {
+        // SQLite takes one writer at a time anyway: this process's appends take turns, so
+        // they never race each other to a seq.
+        let turns = (db.get_database_backend() == DatabaseBackend::Sqlite).then(Arc::default);
         Self {
             db,
             known: Arc::default(),
+            turns,
         }
     }
-}
 
-#[async_trait]
-impl InboxStore for SqlInboxStore {
-    async fn known_events(&self, event_ids: &[&str]) -> Result<HashSet<String>, StoreError> {
-        if event_ids.is_empty() {
-            return Ok(HashSet::new());
+    /// Numbers the events' entries after their recipients' heads and stores them, in one
+    /// transaction; returns the seqs.
+    async fn try_append(
+        &self,
+        events: &[StoredEvent],
+        counts: &BTreeMap<i64, i64>,
+    ) -> Result<Vec<Vec<i64>>, DbErr> {
+        let backend = self.db.get_database_backend();
+        let sqlite = backend == DatabaseBackend::Sqlite;
+        if sqlite && !receipts::asked(events) {
+            // The writes in one trip; this process's turn keeps the heads it read current.
+            let (seqs, heads) = heads::number(events, heads::read(&self.db, counts).await?);
+            let (mut statements, created) = self.statements(events, &seqs);
+            statements.extend(heads::raise(backend, &heads));
+            imesh_kit::sql::commit(&self.db, &statements).await?;
+            self.known.remember(&created);
+            return Ok(seqs);
         }
-        let stmt = Query::select()
-            .column(SyncEvents::EventId)
-            .from(SyncEvents::Table)
-            .and_where(Expr::col(SyncEvents::EventId).is_in(event_ids.iter().copied()))
-            .to_owned();
-        let rows = self.db.query_all(&stmt).await?;
-        rows.iter()
-            .map(|r| r.try_get::<String>("", "event_id").map_err(Into::into))
-            .collect()
+        let txn = self.db.begin().await?;
+        let before = match sqlite {
+            true => heads::read(&txn, counts).await?,
+            false => heads::advance(&txn, counts).await?,
+        };
+        let (seqs, heads) = heads::number(events, before);
+        let (mut statements, created) = self.statements(events, &seqs);
+        if sqlite {
+            statements.extend(heads::raise(backend, &heads));
+        }
+        imesh_kit::sql::execute_all(&txn, statements).await?;
+        if receipts::asked(events) {
+            // Receipt slots are placed after the conversation's last one, read in the
+            // same transaction.
+            receipts::allocate(&txn, events).await?;
+        }
+        txn.commit().await?;
+        self.known.remember(&created);
+        Ok(seqs)
     }
 
-    async fn append(&self, events: &[StoredEvent]) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
+    /// The statements storing the events with the entries `seqs` numbers, and the read
+    /// states they open.
+    fn statements(
+        &self,
+        events: &[StoredEvent],
+        seqs: &[Vec<i64>],
+    ) -> (Vec<sea_orm::Statement>, Vec<(i64, String)>) {
         let backend = self.db.get_database_backend();
         let mut statements = Vec::new();
         let mut insert = Query::insert();
@@ -96,10 +131,14 @@ impl InboxStore for SqlInboxStore {
             ]);
         }
         statements.push(backend.build(&insert));
-        let entries: Vec<(i64, i64, i64)> = events
+        // In (user, seq) order, as every append takes its rows: appends racing to the same
+        // seqs wait on each other in one order, never in a deadlock.
+        let mut entries: Vec<(i64, i64, i64)> = events
             .iter()
-            .flat_map(|e| e.entries.iter().map(|(user, seq)| (*user, *seq, e.id)))
+            .zip(seqs)
+            .flat_map(|(e, seqs)| e.recipients.iter().zip(seqs).map(|(u, s)| (*u, *s, e.id)))
             .collect();
+        entries.sort_unstable();
         for chunk in entries.chunks(CHUNK) {
             let mut insert = Query::insert();
             insert.into_table(Inbox::Table).columns([
@@ -130,18 +169,56 @@ impl InboxStore for SqlInboxStore {
                 &hooks,
             ));
         }
-        if receipts::asked(events) {
-            // Receipt slots are placed after the conversation's last one, read in the
-            // same transaction.
-            let txn = self.db.begin().await?;
-            imesh_kit::sql::execute_all(&txn, statements).await?;
-            receipts::allocate(&txn, events).await?;
-            txn.commit().await?;
-        } else {
-            imesh_kit::sql::commit(&self.db, &statements).await?;
+        (statements, created)
+    }
+}
+
+#[async_trait]
+impl InboxStore for SqlInboxStore {
+    async fn known_events(&self, event_ids: &[&str]) -> Result<HashSet<String>, StoreError> {
+        if event_ids.is_empty() {
+            return Ok(HashSet::new());
         }
-        self.known.remember(&created);
-        Ok(())
+        let stmt = Query::select()
+            .column(SyncEvents::EventId)
+            .from(SyncEvents::Table)
+            .and_where(Expr::col(SyncEvents::EventId).is_in(event_ids.iter().copied()))
+            .to_owned();
+        let rows = self.db.query_all(&stmt).await?;
+        rows.iter()
+            .map(|r| r.try_get::<String>("", "event_id").map_err(Into::into))
+            .collect()
+    }
+
+    async fn append(&self, events: &[StoredEvent]) -> Result<Vec<Vec<i64>>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _turn = match &self.turns {
+            Some(turns) => Some(turns.lock().await),
+            None => None,
+        };
+        let counts = heads::counts(events);
+        let mut attempt = 1;
+        loop {
+            let err = match self.try_append(events, &counts).await {
+                Ok(seqs) => return Ok(seqs),
+                Err(err) => err,
+            };
+            // Another append took one of the seqs first (unless an event is a replay), or
+            // MySQL's gap locks on heads not yet written deadlocked two appends.
+            let raced = match err.sql_err() {
+                Some(sea_orm::SqlErr::UniqueConstraintViolation(_)) => {
+                    let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+                    self.known_events(&ids).await?.is_empty()
+                }
+                _ => imesh_kit::sql::is_deadlock(&err),
+            };
+            if !raced || attempt == NUMBERING_ATTEMPTS {
+                return Err(err.into());
+            }
+            attempt += 1;
+        }
     }
 
     async fn entries(&self, user: i64, after: i64, limit: u32) -> Result<Vec<Entry>, StoreError> {
@@ -353,6 +430,7 @@ impl MigratorTrait for Migrator {
                 table: super::WEBHOOK_TABLE,
                 name: "m20261205_000009_webhook_outbox",
             }),
+            Box::new(heads::CreateInboxHeads),
         ]
     }
 

@@ -17,12 +17,12 @@ async fn stores() -> Vec<(testing::Backend, SqlInboxStore)> {
     out
 }
 
-fn event(id: i64, entries: &[(i64, i64)]) -> StoredEvent {
+fn event(id: i64, recipients: &[i64]) -> StoredEvent {
     StoredEvent {
         id,
         event_id: format!("e{id}"),
         payload: Bytes::from(vec![id as u8; 4]),
-        entries: entries.to_vec(),
+        recipients: recipients.to_vec(),
         mark: None,
         hook: None,
     }
@@ -30,7 +30,6 @@ fn event(id: i64, entries: &[(i64, i64)]) -> StoredEvent {
 
 /// Event `id`: message `seq` of `conversation` from `sender` to `recipients`.
 fn message(id: i64, conversation: &str, seq: i64, sender: i64, recipients: &[i64]) -> StoredEvent {
-    let entries: Vec<(i64, i64)> = recipients.iter().map(|u| (*u, id)).collect();
     StoredEvent {
         mark: Some(Mark {
             conversation_id: conversation.into(),
@@ -43,7 +42,7 @@ fn message(id: i64, conversation: &str, seq: i64, sender: i64, recipients: &[i64
                 receipt_bound: 0,
             },
         }),
-        ..event(id, &entries)
+        ..event(id, recipients)
     }
 }
 
@@ -65,10 +64,10 @@ fn summary(views: &[ConversationView]) -> Vec<(String, i64, i64, bool)> {
 async fn appended_entries_come_back_in_order_after_a_cursor() {
     for (backend, store) in stores().await {
         store
-            .append(&[event(1, &[(7, 1), (8, 1)]), event(2, &[(7, 2)])])
+            .append(&[event(1, &[7, 8]), event(2, &[7])])
             .await
             .unwrap();
-        store.append(&[event(3, &[(7, 3), (8, 2)])]).await.unwrap();
+        store.append(&[event(3, &[7, 8])]).await.unwrap();
         let seqs = |entries: Vec<Entry>| entries.iter().map(|e| e.sync_seq).collect::<Vec<_>>();
         assert_eq!(
             seqs(store.entries(7, 0, 10).await.unwrap()),
@@ -101,8 +100,8 @@ async fn appended_entries_come_back_in_order_after_a_cursor() {
 #[tokio::test]
 async fn a_replayed_event_is_a_conflict_and_adds_no_entry() {
     for (backend, store) in stores().await {
-        store.append(&[event(1, &[(7, 1)])]).await.unwrap();
-        let mut replay = event(2, &[(7, 2)]);
+        store.append(&[event(1, &[7])]).await.unwrap();
+        let mut replay = event(2, &[7]);
         replay.event_id = "e1".into();
         let err = store.append(&[replay]).await.unwrap_err();
         assert!(
@@ -114,6 +113,95 @@ async fn a_replayed_event_is_a_conflict_and_adds_no_entry() {
             1,
             "{backend:?}"
         );
+    }
+}
+
+#[tokio::test]
+async fn appends_number_each_recipients_entries_after_their_last() {
+    for (backend, store) in stores().await {
+        let seqs = store
+            .append(&[event(1, &[7, 8]), event(2, &[8]), event(3, &[8, 9])])
+            .await
+            .unwrap();
+        assert_eq!(seqs, vec![vec![1, 1], vec![2], vec![3, 1]], "{backend:?}");
+        let seqs = store.append(&[event(4, &[7, 9])]).await.unwrap();
+        assert_eq!(seqs, vec![vec![2, 2]], "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_appenders_make_a_users_entries_visible_in_sync_seq_order() {
+    const APPENDERS: i64 = 4;
+    const EACH: i64 = 25;
+    for backend in testing::sql_backends() {
+        let config = testing::fresh_sql(backend).await.unwrap();
+        // Two stores over one database, as two sync-svc replicas, two appenders each.
+        let mut replicas = Vec::new();
+        for _ in 0..2 {
+            let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
+                .await
+                .unwrap();
+            replicas.push(SqlInboxStore::new(db));
+        }
+        let appenders: Vec<_> = (0..APPENDERS)
+            .map(|a| {
+                let store = replicas[a as usize % 2].clone();
+                tokio::spawn(async move {
+                    for i in 0..EACH {
+                        // User 7 gets every event, beside a user of the appender's own.
+                        let id = 1 + a * EACH + i;
+                        store.append(&[event(id, &[7, 100 + a])]).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        // A device pulling after its cursor all along: it would step over an entry that
+        // became visible after a later one.
+        let mut seen: Vec<i64> = Vec::new();
+        loop {
+            let done = appenders.iter().all(|a| a.is_finished());
+            let after = seen.last().copied().unwrap_or(0);
+            let page = replicas[0].entries(7, after, 500).await.unwrap();
+            seen.extend(page.iter().map(|e| e.sync_seq));
+            if done {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        for appender in appenders {
+            appender.await.unwrap();
+        }
+        assert_eq!(
+            seen,
+            (1..=APPENDERS * EACH).collect::<Vec<_>>(),
+            "{backend:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn inbox_heads_start_above_every_seq_handed_out_before_them() {
+    use sea_orm::ConnectionTrait;
+    use sea_orm_migration::MigratorTrait;
+    for backend in testing::sql_backends() {
+        let config = testing::fresh_sql(backend).await.unwrap();
+        let db = imesh_kit::sql::connect(&config).await.unwrap();
+        let before_heads = sql::Migrator::migrations().len() as u32 - 1;
+        sql::Migrator::up(&db, Some(before_heads)).await.unwrap();
+        // Counters handed out user 7's seqs up to a persisted ceiling of 1,000 (entries
+        // since purged); user 8 holds entry 5.
+        db.execute_unprepared(
+            "INSERT INTO seq_ceilings (name, ceiling) VALUES ('{u:7}:sync', 1000)",
+        )
+        .await
+        .unwrap();
+        db.execute_unprepared("INSERT INTO inbox (user_id, sync_seq, event_pk) VALUES (8, 5, 1)")
+            .await
+            .unwrap();
+        sql::Migrator::up(&db, None).await.unwrap();
+        let store = SqlInboxStore::new(db);
+        let seqs = store.append(&[event(2, &[7, 8, 9])]).await.unwrap();
+        assert_eq!(seqs, vec![vec![1001, 6, 1]], "{backend:?}");
     }
 }
 
@@ -211,7 +299,7 @@ async fn read_seqs_only_rise_and_recalls_mark_only_the_latest_message() {
                 seq,
                 change: Change::Recall { by: 1, at_ms: 77 },
             }),
-            ..event(id, &[(1, id), (2, id)])
+            ..event(id, &[1, 2])
         };
         store.append(&[recall(10, 2)]).await.unwrap();
         let view = &store.conversations(2, None, 1).await.unwrap()[0];
@@ -270,7 +358,7 @@ async fn purging_drops_old_events_and_their_entries_only() {
     for (backend, store) in stores().await {
         for id in 1..=4 {
             store
-                .append(&[event(id, &[(7, id), (8, id)])])
+                .append(&[event(id, &[7, 8])])
                 .await
                 .unwrap();
         }
@@ -467,8 +555,8 @@ async fn racing_appends_for_the_same_slot_conflict_and_store_nothing() {
         let (two, three) = ([asking(2, 2, 8)], [asking(3, 3, 8)]);
         let (a, b) = tokio::join!(store.append(&two), store.append(&three));
         match (a, b) {
-            (Ok(()), Ok(())) => {}
-            (Err(StoreError::Conflict(_)), Ok(())) | (Ok(()), Err(StoreError::Conflict(_))) => {}
+            (Ok(_), Ok(_)) => {}
+            (Err(StoreError::Conflict(_)), Ok(_)) | (Ok(_), Err(StoreError::Conflict(_))) => {}
             other => panic!("{backend:?}: {other:?}"),
         }
         let receipts = store.receipts_between("g:9", 0, i64::MAX).await.unwrap();
@@ -548,10 +636,10 @@ async fn webhook_payloads_are_queued_with_their_events_once() {
         let store = SqlInboxStore::new(db.clone());
         let with_hook = StoredEvent {
             hook: Some(b"{\"event_id\":\"e1\"}".to_vec()),
-            ..event(1, &[(1, 1)])
+            ..event(1, &[1])
         };
         store
-            .append(&[with_hook, event(2, &[(1, 2)])])
+            .append(&[with_hook, event(2, &[1])])
             .await
             .unwrap();
         let queued = imesh_kit::outbox::SqlOutbox::new(db, WEBHOOK_TABLE)

@@ -116,7 +116,7 @@ pub(super) fn marks(
                     newest.mention_all_seq = std::cmp::max(newest.mention_all_seq, mark.seq);
                 }
                 // Read fanout writes no entries: its mentioned members get read states too.
-                let users = event.entries.iter().map(|(user, _)| user).chain(mentioned);
+                let users = event.recipients.iter().chain(mentioned);
                 for user in users {
                     if !known.contains(*user, conversation) {
                         let start = starts.entry((*user, conversation)).or_insert(i64::MAX);
