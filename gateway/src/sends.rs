@@ -26,7 +26,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use imesh_kit::grpc::{Keyed, Replica};
+use imesh_kit::grpc::{self, Keyed, Replica};
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     gateway::server_frame::Body,
@@ -112,14 +112,11 @@ impl Queued {
     /// A key of the send's conversation: a direct one's two users (either way round), or
     /// its group.
     fn conversation(&self) -> u64 {
-        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-        let hasher = BuildHasherDefault::<DefaultHasher>::default();
         match self.request.to {
-            Some(To::UserId(peer)) => {
-                hasher.hash_one(("d", self.sender.min(peer), self.sender.max(peer)))
-            }
-            Some(To::GroupId(group)) => hasher.hash_one(("g", group)),
-            None => hasher.hash_one(("u", self.sender)),
+            Some(To::UserId(peer)) => grpc::direct_key(self.sender, peer),
+            Some(To::GroupId(group)) => grpc::group_key(group),
+            // Refused by message-svc whichever replica gets it.
+            None => grpc::direct_key(self.sender, self.sender),
         }
     }
 }

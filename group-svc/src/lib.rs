@@ -114,7 +114,7 @@ pub fn wire(
         SqlOutbox::new(db.clone(), store::OUTBOX_TABLE).owned_by(partition),
         Arc::new(notices::TimelineSink::new(
             SyncSink::new(peers.channel(&config.sync_addr)?, caller.clone()),
-            peers.channel(&config.message_addr)?,
+            peers.keyed(&config.message_addr)?,
             caller,
             forgets.clone(),
         )),

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use imesh_kit::grpc::Channel;
+use imesh_kit::grpc::{self, Keyed};
 use imesh_kit::{
     identity::{Actor, Caller},
     outbox::{OutboxRow, Sink, SyncSink},
@@ -26,7 +26,9 @@ use crate::domain::Gate;
 /// timeline notice of each change that has one.
 pub struct TimelineSink {
     sync: SyncSink,
-    messages: MessageServiceClient<Channel>,
+    /// message-svc's replicas: each notice goes to the one owning its group's
+    /// conversation, the one the group's sends go to, so they share one order.
+    messages: Keyed,
     caller: Caller,
     gate: Arc<OnceLock<Arc<Gate>>>,
 }
@@ -36,13 +38,13 @@ impl TimelineSink {
     /// serves).
     pub fn new(
         sync: SyncSink,
-        messages: Channel,
+        messages: Keyed,
         caller: Caller,
         gate: Arc<OnceLock<Arc<Gate>>>,
     ) -> Self {
         Self {
             sync,
-            messages: MessageServiceClient::new(messages),
+            messages,
             caller,
             gate,
         }
@@ -72,11 +74,16 @@ impl Sink for TimelineSink {
             let Some(request) = notice_of(&row.payload) else {
                 continue;
             };
-            let reply = self
-                .messages
-                .clone()
+            let replica = self.messages.owner(grpc::group_key(request.group_ids[0]));
+            let reply = MessageServiceClient::new(replica.channel.clone())
                 .send_notice(self.caller.request(Actor::System, request))
-                .await?;
+                .await
+                .inspect_err(|status| {
+                    // The relay tries again, then with the next replica.
+                    if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown) {
+                        self.messages.down(&replica);
+                    }
+                })?;
             for refused in reply
                 .into_inner()
                 .results

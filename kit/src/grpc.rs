@@ -38,7 +38,7 @@ use crate::{config::GrpcConfig, tls::Tls};
 
 mod keyed;
 mod local;
-pub use keyed::{Keyed, Replica};
+pub use keyed::{Keyed, Replica, direct_key, group_key};
 pub use local::Channel;
 
 /// Answers whether the service's stores are reachable right now.

@@ -1,8 +1,9 @@
 //! Calls that must reach one replica per key: a channel to each address a service's name
-//! resolves to, and rendezvous hashing to pick the one that owns a key. A gateway sends
-//! each user's messages to the message-svc replica owning the user, so one replica (one
-//! writer, one outbox relay) puts a device's messages in order all the way out. When a
-//! replica comes or goes, only the keys it owns move.
+//! resolves to, and rendezvous hashing to pick the one that owns a key. Whoever writes to a
+//! conversation (gateways' sends, group-svc's notices) sends to the message-svc replica
+//! owning the conversation ([`direct_key`], [`group_key`]), so one replica (one writer,
+//! one outbox relay) puts its messages in order all the way out. When a replica comes or
+//! goes, only the keys it owns move.
 
 use std::{
     collections::BTreeMap,
@@ -85,6 +86,12 @@ impl Keyed {
             .collect()
     }
 
+    /// The replica owning `key`, as [`Keyed::split`] would choose it.
+    pub fn owner(&self, key: u64) -> Replica {
+        let mut shares = self.split(vec![()], |_| key);
+        shares.pop().expect("one item, one share").0
+    }
+
     /// Leaves `replica` out for a few seconds: a call to it failed at the transport (it
     /// died, or is restarting). False when there is no other to turn to.
     pub fn down(&self, replica: &Replica) -> bool {
@@ -106,6 +113,16 @@ impl Keyed {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The key of the direct conversation between users `a` and `b` (either way round).
+pub fn direct_key(a: i64, b: i64) -> u64 {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(("d", a.min(b), a.max(b)))
+}
+
+/// The key of a group's conversation.
+pub fn group_key(group_id: i64) -> u64 {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(("g", group_id))
 }
 
 /// The index of the address owning `key`: the highest hash of (address, key).

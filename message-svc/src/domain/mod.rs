@@ -276,6 +276,9 @@ pub struct Messages {
     store: Arc<dyn MessageStore>,
     peers: Peers,
     seqs: Arc<SeqAllocator>,
+    /// Held from taking seqs until their messages are queued for the store's writer, so
+    /// the writer commits this process's messages in seq order.
+    numbering: tokio::sync::Mutex<()>,
     ids: Arc<Snowflake>,
     encode: Encoders,
     relay: Arc<Notify>,
@@ -313,6 +316,7 @@ impl Messages {
             store,
             peers,
             seqs,
+            numbering: tokio::sync::Mutex::new(()),
             ids,
             encode,
             relay,

@@ -454,6 +454,7 @@ impl Messages {
         let msg_ids = (0..drafts.len())
             .map(|_| self.ids.next_id())
             .collect::<Result<Vec<i64>, StoreError>>()?;
+        let numbering = self.numbering.lock().await;
         let seqs = self.seqs.next_many(&keys).await?;
         let appends: Vec<(Message, OutboxRow)> = drafts
             .into_iter()
@@ -478,7 +479,9 @@ impl Messages {
             )
             .collect();
         // The store hands what it committed to the relay.
-        let written = self.store.append_many(&appends).await;
+        let queued = self.store.append_many(&appends).await;
+        drop(numbering);
+        let written = queued.outcomes().await;
         let mut outcomes = Vec::with_capacity(appends.len());
         for ((message, _), result) in appends.iter().zip(written) {
             outcomes.push(match result {

@@ -44,12 +44,8 @@ impl GroupCommit {
         Self { queue }
     }
 
-    /// Queues every append in order, then waits for each one's outcome.
-    pub(super) async fn append_many(
-        &self,
-        appends: &[(Message, OutboxRow)],
-    ) -> Vec<Result<(), StoreError>> {
-        let stopped = || StoreError::Unavailable(anyhow::anyhow!("the message writer stopped"));
+    /// Queues every append in order; their outcomes come through the answer.
+    pub(super) async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> Queued {
         let mut outcomes = Vec::with_capacity(appends.len());
         for (message, event) in appends {
             let (done, outcome) = oneshot::channel();
@@ -63,8 +59,19 @@ impl GroupCommit {
                 Err(_) => outcomes.push(None),
             }
         }
-        let mut results = Vec::with_capacity(outcomes.len());
-        for outcome in outcomes {
+        Queued(outcomes)
+    }
+}
+
+/// Appends queued for the writer, in order: `None` for one the stopped writer refused.
+pub struct Queued(Vec<Option<oneshot::Receiver<Result<(), StoreError>>>>);
+
+impl Queued {
+    /// Waits for each append's outcome, in the order queued.
+    pub async fn outcomes(self) -> Vec<Result<(), StoreError>> {
+        let stopped = || StoreError::Unavailable(anyhow::anyhow!("the message writer stopped"));
+        let mut results = Vec::with_capacity(self.0.len());
+        for outcome in self.0 {
             results.push(match outcome {
                 Some(outcome) => outcome.await.unwrap_or_else(|_| Err(stopped())),
                 None => Err(stopped()),

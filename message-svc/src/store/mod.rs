@@ -11,6 +11,8 @@ use crate::domain::{
 mod commits;
 pub mod sql;
 
+pub use commits::Queued;
+
 /// The outbox table message-svc's relay drains.
 pub const OUTBOX_TABLE: &str = "message_outbox";
 
@@ -35,13 +37,17 @@ pub trait MessageStore: Send + Sync + 'static {
     /// nothing, when `(sender, client_msg_id)` or `(conversation, seq)` is already stored.
     async fn append(&self, message: &Message, event: OutboxRow) -> Result<(), StoreError> {
         let appends = [(message.clone(), event)];
-        self.append_many(&appends).await.remove(0)
+        self.append_many(&appends).await.outcomes().await.remove(0)
     }
-    /// [`Self::append`] for each `(message, event)`, answered one by one in order. The
-    /// appends MUST be committed in the order given (an earlier one's outbox event is never
-    /// visible after a later one's), and one's conflict MUST NOT refuse the others. An
-    /// adapter given the relay's hand-off passes the committed events to it in that order.
-    async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> Vec<Result<(), StoreError>>;
+    /// Queues [`Self::append`] of each `(message, event)`; returns once they are queued,
+    /// with their outcomes to wait for, one by one in order. The appends MUST be committed
+    /// in the order queued, by every caller (an earlier one's outbox event is never
+    /// visible after a later one's), and one's conflict MUST NOT refuse the others. A
+    /// message whose seq is not above its conversation's committed max seq (another
+    /// process committed a later seq first) MUST be refused with `Unavailable`, storing
+    /// nothing: a conversation's messages become visible in seq order. An adapter given
+    /// the relay's hand-off passes the committed events to it in commit order.
+    async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> Queued;
     /// One stored message.
     async fn message(&self, conversation_id: &str, seq: i64)
     -> Result<Option<Message>, StoreError>;

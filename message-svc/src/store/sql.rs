@@ -20,6 +20,7 @@ use crate::domain::{
     ReactionChange, ReactionCount, SearchScope, Sent,
 };
 
+mod order;
 mod reactions;
 mod search;
 
@@ -250,7 +251,9 @@ impl SqlMessageStore {
 }
 
 /// In one transaction: every message of `batch`, each conversation's max seq raised to
-/// its newest, and every outbox event. Fails as a whole (`Conflict` on a taken key).
+/// its newest, and every outbox event. Fails as a whole (`Conflict` on a taken key,
+/// `Unavailable` when a conversation's committed max seq is already at or past one of the
+/// batch's seqs).
 pub(super) async fn write_appends(
     db: &DatabaseConnection,
     batch: &[Append],
@@ -280,6 +283,7 @@ pub(super) async fn write_appends(
     });
     // One row per conversation: an upsert may not touch a row twice.
     let mut newest: std::collections::BTreeMap<&str, (i64, i64)> = Default::default();
+    let mut oldest: std::collections::BTreeMap<&str, i64> = Default::default();
     for a in batch {
         let m = &a.message;
         let entry = newest.entry(m.conversation_id.as_str()).or_default();
@@ -287,6 +291,8 @@ pub(super) async fn write_appends(
             Ord::max(entry.0, m.seq),
             Ord::max(entry.1, m.server_time_ms),
         );
+        let first = oldest.entry(m.conversation_id.as_str()).or_insert(m.seq);
+        *first = Ord::min(*first, m.seq);
     }
     let backend = db.get_database_backend();
     let raise = imesh_kit::sql::upsert_max(
@@ -306,9 +312,18 @@ pub(super) async fn write_appends(
         raise,
         outbox::insert_statement(backend, OUTBOX_TABLE, &events),
     ];
-    imesh_kit::sql::commit(db, &statements).await?;
+    if backend == sea_orm::DatabaseBackend::Sqlite {
+        // The writes take SQLite's one write lock at once: a trigger refuses what is behind.
+        imesh_kit::sql::commit(db, &statements).await?;
+        return Ok(());
+    }
+    let txn = db.begin().await?;
+    order::refuse_behind(&txn, &oldest).await?;
+    imesh_kit::sql::execute_all(&txn, statements).await?;
+    txn.commit().await?;
     Ok(())
 }
+
 
 #[async_trait]
 impl MessageStore for SqlMessageStore {
@@ -360,7 +375,7 @@ impl MessageStore for SqlMessageStore {
         Ok(keys.iter().map(|key| by_key.remove(key)).collect())
     }
 
-    async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> Vec<Result<(), StoreError>> {
+    async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> super::Queued {
         self.commits.append_many(appends).await
     }
 
@@ -707,6 +722,7 @@ impl MigratorTrait for Migrator {
             Box::new(CreateHidden),
             Box::new(reactions::CreateReactions),
             Box::new(search::CreateSearch),
+            Box::new(order::RefuseBehindOnSqlite),
         ]
     }
 

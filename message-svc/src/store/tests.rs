@@ -61,26 +61,51 @@ fn event(id: i64) -> OutboxRow {
 #[tokio::test]
 async fn append_stores_message_raises_max_seq_and_queues_the_event() {
     for (backend, store, outbox) in stores().await {
-        store.append(&message(10, 2, "a"), event(10)).await.unwrap();
-        store.append(&message(11, 1, "b"), event(11)).await.unwrap();
-        assert_eq!(
-            store.max_seq("d:1:2").await.unwrap(),
-            2,
-            "{backend:?}: max seq never goes down"
-        );
+        store.append(&message(10, 1, "a"), event(10)).await.unwrap();
+        store.append(&message(11, 2, "b"), event(11)).await.unwrap();
+        assert_eq!(store.max_seq("d:1:2").await.unwrap(), 2, "{backend:?}");
         assert_eq!(
             store.message("d:1:2", 1).await.unwrap(),
-            Some(message(11, 1, "b")),
+            Some(message(10, 1, "a")),
             "{backend:?}"
         );
-        let sent = store.find_sent(1, "a").await.unwrap().unwrap();
-        assert_eq!((sent.msg_id, sent.seq), (10, 2));
+        let sent = store.find_sent(1, "b").await.unwrap().unwrap();
+        assert_eq!((sent.msg_id, sent.seq), (11, 2));
         assert!(
             store.find_sent(2, "a").await.unwrap().is_none(),
             "client ids are per sender"
         );
         let queued = queued(&outbox).await;
         assert_eq!(queued, vec![10, 11], "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_seq_at_or_below_the_committed_max_is_refused_and_stores_nothing() {
+    for (backend, store, outbox) in stores().await {
+        store.append(&message(10, 3, "a"), event(10)).await.unwrap();
+        for (msg_id, seq) in [(11, 2), (12, 3)] {
+            let behind = store
+                .append(&message(msg_id, seq, &format!("m{msg_id}")), event(msg_id))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(behind, StoreError::Unavailable(_)),
+                "{backend:?}: seq {seq}: {behind:?}"
+            );
+            assert!(
+                store.find_sent(1, &format!("m{msg_id}")).await.unwrap().is_none(),
+                "{backend:?}: seq {seq} stored"
+            );
+        }
+        // Behind in one conversation holds nothing back in another.
+        let other = Message {
+            conversation_id: "d:1:3".into(),
+            ..message(13, 1, "c")
+        };
+        store.append(&other, event(13)).await.unwrap();
+        assert_eq!(store.max_seq("d:1:2").await.unwrap(), 3, "{backend:?}");
+        assert_eq!(queued(&outbox).await, vec![10, 13], "{backend:?}");
     }
 }
 
@@ -113,7 +138,58 @@ async fn find_sent_many_answers_each_exact_pair_in_order() {
 }
 
 #[tokio::test]
-async fn a_repeated_client_msg_id_or_seq_is_a_conflict_and_stores_nothing() {
+async fn two_replicas_writing_one_conversation_never_make_a_seq_visible_late() {
+    for backend in testing::sql_backends() {
+        let config = testing::fresh_sql(backend).await.unwrap();
+        let mut replicas = Vec::new();
+        for _ in 0..2 {
+            let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
+                .await
+                .unwrap();
+            replicas.push(std::sync::Arc::new(SqlMessageStore::new(db)));
+        }
+        // Seqs 1..=100 of one conversation from one shared counter, the odd ones written
+        // by one replica and the even ones by the other, each in order, both at once.
+        let writers: Vec<_> = (0..2)
+            .map(|r| {
+                let store = replicas[r].clone();
+                tokio::spawn(async move {
+                    let mut stored = Vec::new();
+                    for seq in (1..=100).filter(|s| s % 2 == 1 - r as i64) {
+                        match store.append(&message(seq, seq, &format!("r{seq}")), event(seq)).await {
+                            Ok(()) => stored.push(seq),
+                            Err(StoreError::Unavailable(_)) => {}
+                            Err(e) => panic!("seq {seq}: {e:?}"),
+                        }
+                    }
+                    stored
+                })
+            })
+            .collect();
+        // A reader paging "after the last seq I have" all along.
+        let mut seen: Vec<i64> = Vec::new();
+        loop {
+            let done = writers.iter().all(|w| w.is_finished());
+            let after = seen.last().copied().unwrap_or(0);
+            let page = replicas[0].history("d:1:2", after, i64::MAX, 500, false).await.unwrap();
+            seen.extend(page.iter().map(|m| m.seq));
+            if done {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let mut stored = Vec::new();
+        for writer in writers {
+            stored.extend(writer.await.unwrap());
+        }
+        stored.sort_unstable();
+        assert_eq!(seen, stored, "{backend:?}: the reader stepped over a stored seq");
+        assert!(stored.len() >= 50, "{backend:?}: only {} of 100 stored", stored.len());
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_client_msg_id_is_a_conflict_and_stores_nothing() {
     for (backend, store, outbox) in stores().await {
         store.append(&message(10, 1, "a"), event(10)).await.unwrap();
         let same_client_id = store
@@ -123,14 +199,6 @@ async fn a_repeated_client_msg_id_or_seq_is_a_conflict_and_stores_nothing() {
         assert!(
             matches!(same_client_id, StoreError::Conflict(_)),
             "{backend:?}: {same_client_id:?}"
-        );
-        let same_seq = store
-            .append(&message(13, 1, "c"), event(13))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(same_seq, StoreError::Conflict(_)),
-            "{backend:?}: {same_seq:?}"
         );
         assert_eq!(store.max_seq("d:1:2").await.unwrap(), 1, "{backend:?}");
         assert_eq!(
@@ -145,47 +213,42 @@ async fn a_repeated_client_msg_id_or_seq_is_a_conflict_and_stores_nothing() {
 async fn concurrent_appends_commit_together_and_a_conflict_refuses_only_its_own() {
     for (backend, store, outbox) in stores().await {
         let store = std::sync::Arc::new(store);
-        // 60 sends at once, two of which repeat an earlier one's client_msg_id.
-        let appends = (1..=60).map(|seq| {
+        // Three senders queueing 20 messages each, in seq order, to a conversation of
+        // their own, at once; two repeat another's client_msg_id (client ids are per
+        // sender, and every message here is from user 1).
+        let client_msg_id = |conversation: i64, seq: i64| match (conversation, seq) {
+            (3, 10) => "m-2-7".to_owned(),
+            (4, 5) => "m-3-12".to_owned(),
+            _ => format!("m-{conversation}-{seq}"),
+        };
+        let senders = (2..=4).map(|conversation| {
             let store = store.clone();
-            let client_msg_id = match seq {
-                30 => "m-7".to_owned(),
-                45 => "m-12".to_owned(),
-                _ => format!("m-{seq}"),
-            };
-            tokio::spawn(async move {
-                store
-                    .append(&message(1000 + seq, seq, &client_msg_id), event(1000 + seq))
-                    .await
-            })
+            let appends: Vec<(Message, OutboxRow)> = (1..=20)
+                .map(|seq| {
+                    let id = conversation * 100 + seq;
+                    let message = Message {
+                        conversation_id: format!("d:1:{conversation}"),
+                        ..message(id, seq, &client_msg_id(conversation, seq))
+                    };
+                    (message, event(id))
+                })
+                .collect();
+            tokio::spawn(async move { store.append_many(&appends).await.outcomes().await })
         });
-        let outcomes = futures::future::join_all(appends).await;
-        let refused: Vec<i64> = (1..=60)
-            .zip(&outcomes)
-            .filter(|(_, o)| !matches!(o, Ok(Ok(()))))
-            .map(|(seq, o)| {
-                assert!(
-                    matches!(o, Ok(Err(StoreError::Conflict(_)))),
-                    "{backend:?}: seq {seq}: {o:?}"
-                );
-                seq
-            })
-            .collect();
-        // Whichever of each repeated pair came second is refused; nothing else is.
-        assert_eq!(refused.len(), 2, "{backend:?}: {refused:?}");
-        assert!(
-            [7, 30].contains(&refused[0]) && [12, 45].contains(&refused[1])
-                || [12, 45].contains(&refused[0]) && [7, 30].contains(&refused[1]),
-            "{backend:?}: {refused:?}"
-        );
-        for seq in 1..=60 {
-            let stored = store.message("d:1:2", seq).await.unwrap();
-            assert_eq!(
-                stored.is_some(),
-                !refused.contains(&seq),
-                "{backend:?}: seq {seq}"
-            );
+        let outcomes = futures::future::join_all(senders).await;
+        let mut refused = Vec::new();
+        for (conversation, outcomes) in (2..=4).zip(outcomes) {
+            for (seq, outcome) in (1..=20).zip(outcomes.unwrap()) {
+                match outcome {
+                    Ok(()) => {}
+                    Err(StoreError::Conflict(_)) => refused.push(client_msg_id(conversation, seq)),
+                    Err(e) => panic!("{backend:?}: d:1:{conversation} seq {seq}: {e:?}"),
+                }
+            }
         }
+        // Whichever of each repeated pair came second is refused; nothing else is.
+        refused.sort();
+        assert_eq!(refused, vec!["m-2-7", "m-3-12"], "{backend:?}");
         assert_eq!(outbox.pending(100).await.unwrap().len(), 58, "{backend:?}");
     }
 }

@@ -206,7 +206,7 @@ async fn every_service_reports_its_own_work_for_prometheus() {
     sender.send_group_text(group, "g-1", "hi all").await;
 
     let addrs = env.cluster.addrs;
-    let expectations: [(std::net::SocketAddr, &str, &[&str]); 9] = [
+    let expectations: [(std::net::SocketAddr, &str, &[&str]); 8] = [
         (
             addrs.gateway_grpc,
             "imesh_connections",
@@ -219,7 +219,6 @@ async fn every_service_reports_its_own_work_for_prometheus() {
             "imesh_outbox_relayed_total",
             &["table=\"message_outbox\""],
         ),
-        (addrs.sync, "imesh_seq_allocations_total", &[]),
         (addrs.sync, "imesh_inbox_fanout_recipients_count", &[]),
         (addrs.notify, "imesh_pushed_connections_total", &[]),
         (
