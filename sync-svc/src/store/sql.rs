@@ -53,14 +53,13 @@ const NUMBERING_ATTEMPTS: u32 = 8;
 pub struct SqlInboxStore {
     db: DatabaseConnection,
     known: Arc<reads::KnownStates>,
-    /// Taken by each append on SQLite.
-    turns: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// On SQLite, which takes one writer at a time anyway, this process's appends take
+    /// turns (so they never race each other to a seq), holding the heads they wrote.
+    turns: Option<Arc<tokio::sync::Mutex<heads::KnownHeads>>>,
 }
 
 impl SqlInboxStore {
     pub fn new(db: DatabaseConnection) -> Self {
-        // SQLite takes one writer at a time anyway: this process's appends take turns, so
-        // they never race each other to a seq.
         let turns = (db.get_database_backend() == DatabaseBackend::Sqlite).then(Arc::default);
         Self {
             db,
@@ -70,40 +69,42 @@ impl SqlInboxStore {
     }
 
     /// Numbers the events' entries after their recipients' heads and stores them, in one
-    /// transaction; returns the seqs.
+    /// transaction; returns the seqs. `known`: the heads this process wrote, on SQLite.
     async fn try_append(
         &self,
         events: &[StoredEvent],
         counts: &BTreeMap<i64, i64>,
+        known: Option<&mut heads::KnownHeads>,
     ) -> Result<Vec<Vec<i64>>, DbErr> {
         let backend = self.db.get_database_backend();
-        let sqlite = backend == DatabaseBackend::Sqlite;
-        if sqlite && !receipts::asked(events) {
-            // The writes in one trip; this process's turn keeps the heads it read current.
-            let (seqs, heads) = heads::number(events, heads::read(&self.db, counts).await?);
-            let (mut statements, created) = self.statements(events, &seqs);
-            statements.extend(heads::raise(backend, &heads));
-            imesh_kit::sql::commit(&self.db, &statements).await?;
+        let Some(known) = known else {
+            let txn = self.db.begin().await?;
+            let before = heads::advance(&txn, counts).await?;
+            let (seqs, _) = heads::number(events, before);
+            let (statements, created) = self.statements(events, &seqs);
+            imesh_kit::sql::execute_all(&txn, statements).await?;
+            if receipts::asked(events) {
+                // Receipt slots are placed after the conversation's last one, read in the
+                // same transaction.
+                receipts::allocate(&txn, events).await?;
+            }
+            txn.commit().await?;
             self.known.remember(&created);
             return Ok(seqs);
-        }
-        let txn = self.db.begin().await?;
-        let before = match sqlite {
-            true => heads::read(&txn, counts).await?,
-            false => heads::advance(&txn, counts).await?,
         };
-        let (seqs, heads) = heads::number(events, before);
+        let (seqs, heads) = heads::number(events, known.before(&self.db, counts).await?);
         let (mut statements, created) = self.statements(events, &seqs);
-        if sqlite {
-            statements.extend(heads::raise(backend, &heads));
-        }
-        imesh_kit::sql::execute_all(&txn, statements).await?;
+        statements.extend(heads::raise(backend, &heads));
         if receipts::asked(events) {
-            // Receipt slots are placed after the conversation's last one, read in the
-            // same transaction.
+            let txn = self.db.begin().await?;
+            imesh_kit::sql::execute_all(&txn, statements).await?;
             receipts::allocate(&txn, events).await?;
+            txn.commit().await?;
+        } else {
+            // The writes in one trip.
+            imesh_kit::sql::commit(&self.db, &statements).await?;
         }
-        txn.commit().await?;
+        known.remember(heads);
         self.known.remember(&created);
         Ok(seqs)
     }
@@ -194,17 +195,20 @@ impl InboxStore for SqlInboxStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let _turn = match &self.turns {
+        let mut turn = match &self.turns {
             Some(turns) => Some(turns.lock().await),
             None => None,
         };
         let counts = heads::counts(events);
         let mut attempt = 1;
         loop {
-            let err = match self.try_append(events, &counts).await {
+            let err = match self.try_append(events, &counts, turn.as_deref_mut()).await {
                 Ok(seqs) => return Ok(seqs),
                 Err(err) => err,
             };
+            if let Some(known) = turn.as_deref_mut() {
+                known.forget(counts.keys());
+            }
             // Another append took one of the seqs first (unless an event is a replay), or
             // MySQL's gap locks on heads not yet written deadlocked two appends.
             let raced = match err.sql_err() {
