@@ -10,7 +10,7 @@ use std::{
 
 use imesh_kit::config::{AuthConfig, RedisConfig, Secret, SqlConfig};
 use tokio::{net::TcpListener, task::JoinHandle};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// Ports to listen on; 0 picks a free one.
 #[derive(Debug, Clone, Copy, serde::Deserialize, serde::Serialize)]
@@ -148,8 +148,35 @@ pub struct Addrs {
 /// A running cluster; [`Cluster::stop`] shuts every service down in order.
 pub struct Cluster {
     pub addrs: Addrs,
+    /// Every service's task and its stop, in the order they stop.
+    services: Vec<Running>,
+}
+
+struct Running {
+    name: &'static str,
     stop: CancellationToken,
-    tasks: Vec<(&'static str, JoinHandle<anyhow::Result<()>>)>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Spawns `serve`, which runs until the future it is given completes.
+    fn spawn<F>(name: &'static str, serve: impl FnOnce(WaitForCancellationFutureOwned) -> F) -> Self
+    where
+        F: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(serve(stop.clone().cancelled_owned()));
+        Self { name, stop, task }
+    }
+
+    /// Stops the service and waits until it has.
+    async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        match self.task.await {
+            Ok(result) => result.map_err(|e| e.context(format!("{} failed", self.name))),
+            Err(e) => Err(anyhow::Error::new(e).context(format!("{} panicked", self.name))),
+        }
+    }
 }
 
 impl Cluster {
@@ -270,44 +297,36 @@ impl Cluster {
             auth,
         );
 
-        let stop = CancellationToken::new();
-        let on_stop = || stop.clone().cancelled_owned();
-        let tasks = vec![
-            (
-                "gateway",
-                tokio::spawn(gateway.serve((gateway_l, gateway_tcp_l), gateway_grpc_l, on_stop())),
-            ),
-            (
-                "message-svc",
-                tokio::spawn(message.serve(message_l, on_stop())),
-            ),
-            ("sync-svc", tokio::spawn(sync.serve(sync_l, on_stop()))),
-            (
-                "notify-svc",
-                tokio::spawn(notify.serve(notify_l, on_stop())),
-            ),
-            ("group-svc", tokio::spawn(group.serve(group_l, on_stop()))),
-            (
-                "relation-svc",
-                tokio::spawn(relation.serve(relation_l, on_stop())),
-            ),
+        // Callers before callees: the gateway first (clients are told to reconnect and
+        // its sends finish), then message-svc (its relay hands what it stored to sync-svc),
+        // sync-svc (its deliveries reach notify-svc), notify-svc, and the services every
+        // other one asks, group-svc and relation-svc, last.
+        let services = vec![
+            Running::spawn("gateway", |stop| {
+                gateway.serve((gateway_l, gateway_tcp_l), gateway_grpc_l, stop)
+            }),
+            Running::spawn("message-svc", |stop| message.serve(message_l, stop)),
+            Running::spawn("sync-svc", |stop| sync.serve(sync_l, stop)),
+            Running::spawn("notify-svc", |stop| notify.serve(notify_l, stop)),
+            Running::spawn("group-svc", |stop| group.serve(group_l, stop)),
+            Running::spawn("relation-svc", |stop| relation.serve(relation_l, stop)),
         ];
-        Ok(Self { addrs, stop, tasks })
+        Ok(Self { addrs, services })
     }
 
     /// Runs until `signal` completes or a service exits on its own, then stops them all.
     pub async fn run_until(mut self, signal: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let finished = futures::future::select_all(self.tasks.iter_mut().map(|(_, task)| task));
+        let finished = futures::future::select_all(self.services.iter_mut().map(|s| &mut s.task));
         tokio::select! {
             () = signal => {}
             (result, index, _) = finished => {
-                let name = self.tasks[index].0;
+                let name = self.services[index].name;
                 let error = match result {
                     Ok(Ok(())) => anyhow::anyhow!("{name} stopped unexpectedly"),
                     Ok(Err(e)) => e.context(format!("{name} failed")),
                     Err(e) => anyhow::Error::new(e).context(format!("{name} panicked")),
                 };
-                self.tasks.remove(index);
+                self.services.remove(index);
                 let _ = self.stop().await;
                 return Err(error);
             }
@@ -315,16 +334,11 @@ impl Cluster {
         self.stop().await
     }
 
-    /// Shuts every service down (the gateway first, so clients are told to reconnect).
+    /// Shuts the services down one at a time, each after the ones that call it.
     pub async fn stop(self) -> anyhow::Result<()> {
-        self.stop.cancel();
         let mut first_error = None;
-        for (name, task) in self.tasks {
-            let result = match task.await {
-                Ok(result) => result.map_err(|e| e.context(format!("{name} failed"))),
-                Err(e) => Err(anyhow::Error::new(e).context(format!("{name} panicked"))),
-            };
-            if let Err(e) = result {
+        for service in self.services {
+            if let Err(e) = service.stop().await {
                 first_error.get_or_insert(e);
             }
         }
