@@ -3,6 +3,10 @@
 //! duration is printed once) by keyset from the database and from its roster, in process
 //! and — when `IMESH_TEST_REDIS_URL` names one — in Redis (fills printed once).
 
+/// The allocator the programs use (mimalloc), so the figures are theirs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::{
     sync::Arc,
     time::{Duration, Instant},

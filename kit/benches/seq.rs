@@ -3,6 +3,10 @@
 //! (`source scripts/stores.sh && stores_start`), Redis counters: one `INCR` round trip per
 //! allocation, or one pipelined burst for a fanout's `next_many` of 100 users.
 
+/// The allocator the programs use (mimalloc), so the figures are theirs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

@@ -13,9 +13,7 @@
 //! - [`tls`]: the server side of TLS (client listeners, and mutual TLS between services).
 //! - `testing` (feature `testing`, for tests and benches): the real stores tests run on.
 //!
-//! Every binary built on the kit allocates with mimalloc: a message is many small
-//! allocations (frames, protobuf, HTTP/2), and glibc's malloc was a sixth of the server's
-//! CPU under load.
+//! The kit picks no allocator: each program sets its own (mimalloc, in its `main.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -36,9 +34,6 @@ pub mod telemetry;
 pub mod testing;
 pub mod tls;
 pub mod token;
-
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A page size from a request: 0 asks for `default`; above `max` is refused with the reason
 /// (callers name the field).

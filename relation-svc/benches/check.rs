@@ -3,6 +3,10 @@
 //! `redis` turns the local cache off to measure the Redis tier alone (set
 //! `IMESH_TEST_REDIS_URL`, e.g. under scripts/stores.sh).
 
+/// The allocator the programs use (mimalloc), so the figures are theirs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::{sync::Arc, time::Duration};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

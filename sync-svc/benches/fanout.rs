@@ -5,6 +5,10 @@
 //! append (an idle relay) and 16 (a busy relay's batch). Criterion's throughput is
 //! deliveries per second.
 
+/// The allocator the programs use (mimalloc), so the figures are theirs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod support;
 
 use std::sync::Arc;

@@ -6,6 +6,10 @@
 //!
 //! `cargo bench -p sync-svc --bench receipts`
 
+/// The allocator the programs use (mimalloc), so the figures are theirs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod support;
 
 use std::{sync::Arc, time::Duration};

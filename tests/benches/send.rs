@@ -4,6 +4,10 @@
 //! relay, sync-svc (inbox rows, conversation state), notify-svc and back out through the
 //! gateway. One message in flight at a time: this is latency, not throughput.
 
+/// The allocator the programs use (mimalloc), so the figures are theirs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use imesh_protos::{gateway::server_frame::Body, sync::sync_event::Kind};
 use imesh_tests::{Stores, TestCluster};
