@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::cluster::{Cluster, ClusterSpec, Ports};
+use crate::cluster::{Cluster, ClusterSpec};
 use clap::{Parser, Subcommand};
 use imesh_kit::config::{AuthConfig, Secret, TelemetryConfig};
 use imesh_kit::tls::TlsConfig;
@@ -48,21 +48,11 @@ struct UpSettings {
     auth: AuthConfig,
     telemetry: TelemetryConfig,
     data_dir: PathBuf,
-    host: IpAddr,
-    /// The ports of the listeners (the documented ones unless set).
-    ports: Ports,
-    /// message-svc's send limits per user and group (0 turns one off, e.g. for a load run).
-    rate_limits: message_svc::RateLimitConfig,
-    /// Offline push to a webhook for users with no live connection (off without a URL).
-    offline_push: notify_svc::offline::Config,
-    /// The gateway's client limits (`frames_per_sec`, `sends_in_flight`, `admission`, …);
-    /// its addresses are `imesh up`'s own.
-    gateway: gateway::Config,
-    /// relation-svc's login and registration throttling.
-    login: relation_svc::domain::throttle::Limits,
-    /// The app server's before-send hook and after-event webhooks (`hooks.before_send.url`,
-    /// `hooks.events.url`, each with its `secret`).
-    hooks: crate::cluster::Hooks,
+    /// `host`, `ports`, and each service's settings as its own program reads them, in a
+    /// section named for it: `[relation]`, `[group]`, `[message]`, `[sync]`, `[notify]`,
+    /// `[gateway]` (their addresses are `imesh up`'s own).
+    #[serde(flatten)]
+    cluster: ClusterSpec,
 }
 
 impl Default for UpSettings {
@@ -74,13 +64,7 @@ impl Default for UpSettings {
                 ..Default::default()
             },
             data_dir: PathBuf::from("data"),
-            host: IpAddr::from([127, 0, 0, 1]),
-            ports: Ports::STANDARD,
-            rate_limits: message_svc::RateLimitConfig::default(),
-            offline_push: notify_svc::offline::Config::default(),
-            gateway: gateway::Config::default(),
-            login: relation_svc::domain::throttle::Limits::default(),
-            hooks: crate::cluster::Hooks::default(),
+            cluster: ClusterSpec::default(),
         }
     }
 }
@@ -99,24 +83,19 @@ pub async fn main() -> anyhow::Result<()> {
     let mut settings: UpSettings = imesh_kit::config::load(cli.config.as_deref())
         .unwrap_or_else(|e| imesh_kit::cli::exit("imesh", e));
     settings.data_dir = data.unwrap_or(settings.data_dir);
-    settings.host = host.unwrap_or(settings.host);
+    settings.cluster.host = host.unwrap_or(settings.cluster.host);
     let _telemetry = imesh_kit::telemetry::init("imesh", &settings.telemetry)?;
     std::fs::create_dir_all(&settings.data_dir)?;
     let auth = dev_secrets(&settings.data_dir, settings.auth)?;
+    let mut spec = settings.cluster;
     if tls_self_signed {
-        let (cert, key) = self_signed_certificate(&settings.data_dir, settings.host)?;
-        settings.gateway.tls.cert_file = cert.display().to_string();
-        settings.gateway.tls.key_file = key.display().to_string();
+        let (cert, key) = self_signed_certificate(&settings.data_dir, spec.host)?;
+        spec.gateway.tls.cert_file = cert.display().to_string();
+        spec.gateway.tls.key_file = key.display().to_string();
     }
-    let tls = settings.gateway.tls.clone();
-    let mut spec = ClusterSpec::embedded(&settings.data_dir, auth.clone());
-    spec.host = settings.host;
-    spec.ports = settings.ports;
-    spec.rate_limits = settings.rate_limits;
-    spec.offline_push = settings.offline_push;
-    spec.gateway = settings.gateway;
-    spec.login = settings.login;
-    spec.hooks = settings.hooks;
+    let tls = spec.gateway.tls.clone();
+    spec.auth = auth.clone();
+    spec.store_under(&settings.data_dir);
     let cluster = Cluster::start(spec).await?;
     print_banner(&cluster, &auth, &settings.data_dir, &tls);
     cluster.run_until(imesh_kit::grpc::shutdown_signal()).await
@@ -244,23 +223,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_gateways_client_limits_are_settings_of_imesh_up() {
+    fn every_services_settings_are_settings_of_imesh_up() {
         let file = std::env::temp_dir().join(format!("imesh-up-{}.toml", std::process::id()));
         std::fs::write(
             &file,
             "[gateway]\nframes_per_sec = 0\nsends_in_flight = 8\n\
-             [gateway.admission]\nsessions_per_user = 3\n[login]\nfree_failures = 2\n",
+             [gateway.admission]\nsessions_per_user = 3\n[relation.login]\nfree_failures = 2\n\
+             [message.rate_limits]\nuser_per_sec = 0\n[sync]\ninbox_retention_hours = 1\n",
         )
         .unwrap();
         let settings: UpSettings = imesh_kit::config::load(Some(&file)).unwrap();
         std::fs::remove_file(&file).unwrap();
-        assert_eq!(settings.gateway.frames_per_sec, 0);
-        assert_eq!(settings.gateway.sends_in_flight, 8);
-        assert_eq!(settings.gateway.admission.sessions_per_user, 3);
-        assert_eq!(settings.login.free_failures, 2);
+        let spec = settings.cluster;
+        assert_eq!(spec.gateway.frames_per_sec, 0);
+        assert_eq!(spec.gateway.sends_in_flight, 8);
+        assert_eq!(spec.gateway.admission.sessions_per_user, 3);
+        assert_eq!(spec.relation.login.free_failures, 2);
+        assert_eq!(spec.message.rate_limits.user_per_sec, 0);
+        assert_eq!(spec.sync.inbox_retention_hours, 1);
         assert_eq!(
-            settings.gateway.send_lanes,
+            spec.gateway.send_lanes,
             gateway::Config::default().send_lanes
         );
+        assert_eq!(spec.ports.relation, 50051, "unset settings keep their defaults");
     }
 }

@@ -58,76 +58,96 @@ impl Default for Ports {
     }
 }
 
-/// What to start: where to listen, which stores, which credentials.
-#[derive(Debug, Clone)]
+/// What to start: where to listen, the credentials, and each service's whole `Config`,
+/// the one its own program reads ([`Cluster::start`] fills in only the listen and peer
+/// addresses: every peer is in this process). As `imesh up`'s settings each service is a
+/// section: `[message.rate_limits]`, `IMESH__GATEWAY__FRAMES_PER_SEC`.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[serde(default)]
 pub struct ClusterSpec {
+    /// Shared by every service (`imesh up` keeps it in the data folder).
+    #[serde(skip)]
     pub auth: AuthConfig,
     pub host: IpAddr,
     pub ports: Ports,
-    pub relation_db: SqlConfig,
-    pub group_db: SqlConfig,
-    pub message_db: SqlConfig,
-    pub sync_db: SqlConfig,
-    /// Empty: in-process counters and presence.
-    pub redis: RedisConfig,
-    /// Gateway knobs (its addresses are filled in by [`Cluster::start`]).
+    pub relation: relation_svc::Config,
+    pub group: group_svc::Config,
+    pub message: message_svc::Config,
+    pub sync: sync_svc::Config,
+    pub notify: notify_svc::Config,
     pub gateway: gateway::Config,
-    /// message-svc's send rate limits (load tools turn them off).
-    pub rate_limits: message_svc::RateLimitConfig,
-    /// notify-svc's offline push (off unless a webhook URL is set).
-    pub offline_push: notify_svc::offline::Config,
-    /// relation-svc's login and registration throttling.
-    pub login: relation_svc::domain::throttle::Limits,
-    /// The company's app server: its before-send hook and after-event webhooks.
-    pub hooks: Hooks,
 }
 
-/// The app server's hooks: message-svc's before-send check and sync-svc's webhooks.
-#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
-#[serde(default)]
-pub struct Hooks {
-    pub before_send: imesh_kit::config::HookConfig,
-    /// Send when the before-send hook cannot be asked (true) or refuse (false).
-    pub before_send_fail_open: bool,
-    pub events: imesh_kit::config::HookConfig,
-}
-
-impl Default for Hooks {
+impl Default for ClusterSpec {
+    /// Loopback on the standard ports, every service's defaults, and 2 s for a service
+    /// to finish its calls when it stops.
     fn default() -> Self {
-        Self {
-            before_send: Default::default(),
-            before_send_fail_open: true,
-            events: Default::default(),
+        let mut spec = Self {
+            auth: AuthConfig::default(),
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            ports: Ports::STANDARD,
+            relation: Default::default(),
+            group: Default::default(),
+            message: Default::default(),
+            sync: Default::default(),
+            notify: Default::default(),
+            gateway: Default::default(),
+        };
+        for grpc in [
+            &mut spec.relation.grpc,
+            &mut spec.group.grpc,
+            &mut spec.message.grpc,
+            &mut spec.sync.grpc,
+            &mut spec.notify.grpc,
+            &mut spec.gateway.grpc,
+        ] {
+            grpc.grace_ms = 2_000;
         }
+        spec
     }
 }
 
 impl ClusterSpec {
-    /// The embedded default: one SQLite file per service under `data_dir`, no Redis,
-    /// loopback on the standard ports.
+    /// The embedded default: one SQLite file per service under `data_dir`, no Redis.
     pub fn embedded(data_dir: &Path, auth: AuthConfig) -> Self {
-        let sqlite = |name: &str| SqlConfig {
-            url: Secret::new(format!(
-                "sqlite://{}/{name}.db?mode=rwc",
-                data_dir.display()
-            )),
-            max_connections: 1,
-            ..SqlConfig::default()
-        };
-        Self {
+        let mut spec = Self {
             auth,
-            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            ports: Ports::STANDARD,
-            relation_db: sqlite("relation"),
-            group_db: sqlite("group"),
-            message_db: sqlite("message"),
-            sync_db: sqlite("sync"),
-            redis: RedisConfig::default(),
-            gateway: gateway::Config::default(),
-            rate_limits: message_svc::RateLimitConfig::default(),
-            offline_push: notify_svc::offline::Config::default(),
-            login: relation_svc::domain::throttle::Limits::default(),
-            hooks: Hooks::default(),
+            ..Self::default()
+        };
+        spec.store_under(data_dir);
+        spec
+    }
+
+    /// Gives each service whose database is still the default one a SQLite file of its own
+    /// under `data_dir`.
+    pub fn store_under(&mut self, data_dir: &Path) {
+        let default = SqlConfig::default().url;
+        for (name, database) in [
+            ("relation", &mut self.relation.database),
+            ("group", &mut self.group.database),
+            ("message", &mut self.message.database),
+            ("sync", &mut self.sync.database),
+        ] {
+            if database.url.expose() == default.expose() {
+                database.url = Secret::new(format!(
+                    "sqlite://{}/{name}.db?mode=rwc",
+                    data_dir.display()
+                ));
+                database.max_connections = 1;
+            }
+        }
+    }
+
+    /// Points every service that has one at `redis` (empty: in-process adapters).
+    pub fn use_redis(&mut self, redis: &RedisConfig) {
+        for config in [
+            &mut self.relation.redis,
+            &mut self.group.redis,
+            &mut self.message.redis,
+            &mut self.sync.redis,
+            &mut self.notify.redis,
+        ] {
+            *config = redis.clone();
         }
     }
 }
@@ -204,21 +224,19 @@ impl Cluster {
             notify: notify_l.local_addr()?,
         };
         let auth = &spec.auth;
-        let grpc = |addr: SocketAddr| imesh_kit::config::GrpcConfig {
-            grace_ms: 2_000,
-            ..imesh_kit::config::GrpcConfig::on(addr)
+        let listen = |grpc: &imesh_kit::config::GrpcConfig, addr: SocketAddr| {
+            imesh_kit::config::GrpcConfig {
+                listen: addr,
+                ..grpc.clone()
+            }
         };
-
         let relation = relation_svc::Service::build(
             relation_svc::Config {
-                grpc: grpc(addrs.relation),
-                database: spec.relation_db.clone(),
-                redis: spec.redis.clone(),
+                grpc: listen(&spec.relation.grpc, addrs.relation),
                 sync_addr: addrs.sync.to_string(),
                 group_addr: addrs.group.to_string(),
                 notify_addr: addrs.notify.to_string(),
-                login: spec.login.clone(),
-                ..Default::default()
+                ..spec.relation.clone()
             },
             auth,
             None,
@@ -226,13 +244,11 @@ impl Cluster {
         .await?;
         let group = group_svc::Service::build(
             group_svc::Config {
-                grpc: grpc(addrs.group),
-                database: spec.group_db.clone(),
-                redis: spec.redis.clone(),
+                grpc: listen(&spec.group.grpc, addrs.group),
                 message_addr: addrs.message.to_string(),
                 relation_addr: addrs.relation.to_string(),
                 sync_addr: addrs.sync.to_string(),
-                ..Default::default()
+                ..spec.group.clone()
             },
             auth,
             None,
@@ -240,16 +256,11 @@ impl Cluster {
         .await?;
         let message = message_svc::Service::build(
             message_svc::Config {
-                grpc: grpc(addrs.message),
-                database: spec.message_db.clone(),
-                redis: spec.redis.clone(),
+                grpc: listen(&spec.message.grpc, addrs.message),
                 relation_addr: addrs.relation.to_string(),
                 group_addr: addrs.group.to_string(),
                 sync_addr: addrs.sync.to_string(),
-                rate_limits: spec.rate_limits.clone(),
-                before_send: spec.hooks.before_send.clone(),
-                before_send_fail_open: spec.hooks.before_send_fail_open,
-                ..Default::default()
+                ..spec.message.clone()
             },
             auth,
             None,
@@ -257,13 +268,10 @@ impl Cluster {
         .await?;
         let sync = sync_svc::Service::build(
             sync_svc::Config {
-                grpc: grpc(addrs.sync),
-                database: spec.sync_db.clone(),
-                redis: spec.redis.clone(),
+                grpc: listen(&spec.sync.grpc, addrs.sync),
                 notify_addr: addrs.notify.to_string(),
                 group_addr: addrs.group.to_string(),
-                webhooks: spec.hooks.events.clone(),
-                ..Default::default()
+                ..spec.sync.clone()
             },
             auth,
             None,
@@ -271,13 +279,11 @@ impl Cluster {
         .await?;
         let notify = notify_svc::Service::build(
             notify_svc::Config {
-                grpc: grpc(addrs.notify),
-                redis: spec.redis.clone(),
+                grpc: listen(&spec.notify.grpc, addrs.notify),
                 sync_addr: addrs.sync.to_string(),
                 group_addr: addrs.group.to_string(),
                 relation_addr: addrs.relation.to_string(),
-                offline_push: spec.offline_push.clone(),
-                ..Default::default()
+                ..spec.notify.clone()
             },
             auth,
         )
@@ -286,7 +292,7 @@ impl Cluster {
             gateway::Config {
                 listen: addrs.gateway,
                 tcp_listen: addrs.gateway_tcp,
-                grpc: grpc(addrs.gateway_grpc),
+                grpc: listen(&spec.gateway.grpc, addrs.gateway_grpc),
                 relation_addr: addrs.relation.to_string(),
                 group_addr: addrs.group.to_string(),
                 message_addr: addrs.message.to_string(),

@@ -20,7 +20,7 @@ fn send_to_push(c: &mut Criterion) {
         .unwrap();
     let (_env, mut alice, bob, mut bobs_phone) = rt.block_on(async {
         let env = TestCluster::start_with(Stores::Embedded, |spec| {
-            spec.rate_limits.user_per_sec = 0;
+            spec.message.rate_limits.user_per_sec = 0;
         })
         .await;
         let (_, alice_token) = env.user("alice").await;

@@ -94,14 +94,14 @@ impl TestCluster {
         };
         let mut spec = ClusterSpec::embedded(std::path::Path::new("unused"), auth.clone());
         spec.ports = Ports::ANY;
-        spec.relation_db = db().await;
-        spec.group_db = db().await;
-        spec.message_db = db().await;
-        spec.sync_db = db().await;
-        spec.redis = match stores {
+        spec.relation.database = db().await;
+        spec.group.database = db().await;
+        spec.message.database = db().await;
+        spec.sync.database = db().await;
+        spec.use_redis(&match stores {
             Stores::Embedded => RedisConfig::default(),
             _ => private_redis().expect("redis for this store set"),
-        };
+        });
         // Test devices ack only in the tests about acks: give the others' pushes time.
         spec.gateway.ack_timeout_ms = 60_000;
         // Test devices name a platform of their own (`Device::auth`), so one user's devices

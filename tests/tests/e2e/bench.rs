@@ -52,7 +52,7 @@ fn assert_exact(report: &Report) {
 
 async fn unlimited() -> TestCluster {
     TestCluster::start_with(Stores::Embedded, |spec| {
-        spec.rate_limits = message_svc::RateLimitConfig {
+        spec.message.rate_limits = message_svc::RateLimitConfig {
             user_per_sec: 0,
             group_per_sec: 0,
         };
@@ -166,7 +166,7 @@ async fn idle_connections_are_held_and_measured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn senders_wait_out_rate_limits_and_lose_nothing() {
     let env = TestCluster::start_with(Stores::Embedded, |spec| {
-        spec.rate_limits = message_svc::RateLimitConfig {
+        spec.message.rate_limits = message_svc::RateLimitConfig {
             user_per_sec: 10,
             group_per_sec: 0,
         };

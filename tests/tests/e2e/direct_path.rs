@@ -66,7 +66,7 @@ async fn pushed_messages(device: &mut Device, sender: i64, count: usize) -> Vec<
 async fn pipelined_sends_keep_each_devices_order_in_every_conversation() {
     for stores in Stores::available() {
         let env = TestCluster::start_with(stores, |spec| {
-            spec.rate_limits.user_per_sec = 0;
+            spec.message.rate_limits.user_per_sec = 0;
             spec.gateway.frames_per_sec = 0;
         })
         .await;
@@ -161,7 +161,7 @@ async fn a_flood_past_capacity_gets_acks_and_refusals_and_every_ack_arrives_once
     let stores = stores.iter().filter(|s| **s != Stores::MySqlRedis);
     for &stores in stores {
         let env = TestCluster::start_with(stores, |spec| {
-            spec.rate_limits.user_per_sec = 0;
+            spec.message.rate_limits.user_per_sec = 0;
             spec.gateway.frames_per_sec = 0;
             spec.gateway.send_lanes = 1;
             spec.gateway.send_backlog = 16;
@@ -228,7 +228,7 @@ async fn a_flood_past_capacity_gets_acks_and_refusals_and_every_ack_arrives_once
 #[tokio::test]
 async fn a_connection_past_its_sends_in_flight_is_refused_by_name_and_keeps_going() {
     let env = TestCluster::start_with(Stores::Embedded, |spec| {
-        spec.rate_limits.user_per_sec = 0;
+        spec.message.rate_limits.user_per_sec = 0;
         spec.gateway.frames_per_sec = 0;
         spec.gateway.sends_in_flight = 2;
         spec.gateway.send_hold_ms = 100;
@@ -266,7 +266,7 @@ async fn taken(device: &mut Device, request: SendRequest) -> Body {
 #[tokio::test]
 async fn a_refused_send_holds_its_conversation_until_the_refused_sends_come_again_in_order() {
     let env = TestCluster::start_with(Stores::Embedded, |spec| {
-        spec.rate_limits.user_per_sec = 0;
+        spec.message.rate_limits.user_per_sec = 0;
         spec.gateway.frames_per_sec = 0;
         spec.gateway.sends_in_flight = 2;
         spec.gateway.send_hold_ms = 60_000;
@@ -336,7 +336,7 @@ async fn a_refused_send_holds_its_conversation_until_the_refused_sends_come_agai
 #[tokio::test]
 async fn a_send_refused_by_the_frame_limit_holds_its_conversation() {
     let env = TestCluster::start_with(Stores::Embedded, |spec| {
-        spec.rate_limits.user_per_sec = 0;
+        spec.message.rate_limits.user_per_sec = 0;
         spec.gateway.frames_per_sec = 20;
         spec.gateway.sends_in_flight = 100;
         spec.gateway.send_hold_ms = 60_000;

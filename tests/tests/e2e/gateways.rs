@@ -137,7 +137,7 @@ async fn two_hundred_devices_on_two_gateways_keep_every_message_when_one_gateway
     // The richest store set: presence in Redis when the test servers are there.
     let stores = *Stores::available().last().expect("a store set");
     let env = TestCluster::start_with(stores, |spec| {
-        spec.rate_limits = message_svc::RateLimitConfig {
+        spec.message.rate_limits = message_svc::RateLimitConfig {
             user_per_sec: 0,
             group_per_sec: 0,
         };
@@ -212,7 +212,7 @@ async fn a_slow_reader_is_disconnected_while_its_neighbour_keeps_being_served() 
     let env = TestCluster::start_with(Stores::Embedded, |spec| {
         spec.gateway.send_queue = 16;
         spec.gateway.unacked_window = 1_000_000;
-        spec.rate_limits = message_svc::RateLimitConfig {
+        spec.message.rate_limits = message_svc::RateLimitConfig {
             user_per_sec: 0,
             group_per_sec: 0,
         };

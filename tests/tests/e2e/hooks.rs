@@ -177,9 +177,9 @@ async fn scenario(stores: Stores) {
         ca_file: dir.join("ca.pem").display().to_string(),
     };
     let env = TestCluster::start_with(stores, |spec| {
-        spec.hooks.before_send = hook("/check");
-        spec.hooks.before_send_fail_open = false;
-        spec.hooks.events = hook("/events");
+        spec.message.before_send = hook("/check");
+        spec.message.before_send_fail_open = false;
+        spec.sync.webhooks = hook("/events");
     })
     .await;
     let (alice, alice_token) = env.user("alice").await;

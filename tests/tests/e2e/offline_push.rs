@@ -74,7 +74,7 @@ async fn none_for(received: &Received, msg_id: i64) {
 async fn offline_users_get_webhooks_except_in_muted_conversations_and_quiet_hours() {
     let (addr, received) = receiver().await;
     let env = TestCluster::start_with(Stores::Embedded, |spec| {
-        spec.offline_push.webhook_url = format!("http://{addr}/push");
+        spec.notify.offline_push.webhook_url = format!("http://{addr}/push");
     })
     .await;
     let (bob, bob_token) = env.user("bob").await;
