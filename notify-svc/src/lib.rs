@@ -4,28 +4,25 @@
 //! - [`api`]: the tonic handlers (all internal: gateways and sync-svc call them).
 //! - [`router`]: the routing domain: presence lookups grouped into one Push per gateway.
 //! - [`presence`]: the [`presence::Presence`] port with in-process and Redis adapters.
-//! - [`gateways`]: the gRPC client fleet that calls each gateway's `Push`.
-//! - [`watch`]: presence changes told to friends, who come from relation-svc ([`friends`]).
-//! - [`typing`]: typing indicators, live only, with members from group-svc ([`groups`]).
-//! - [`offline`]: offline push for users with no live connection, through a [`webhook`],
-//!   as sync-svc decides over [`targets`] (muted conversations, quiet hours, badge).
+//! - [`watch`]: presence changes told to friends, who come from relation-svc.
+//! - [`typing`]: typing indicators, live only, with members from group-svc.
+//! - [`offline`]: offline push for users with no live connection, through a webhook, as
+//!   sync-svc decides (muted conversations, quiet hours, badge).
+//! - [`peers`]: those modules' ports over other services (each gateway's `Push`, friend
+//!   lists, group members, offline decisions) and over the company's push webhook.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod friends;
-pub mod gateways;
-pub mod groups;
 pub mod offline;
+pub mod peers;
 pub mod presence;
 pub mod router;
-pub mod targets;
 #[cfg(test)]
 mod testing;
 pub mod typing;
 pub mod watch;
-pub mod webhook;
 
 use std::{sync::Arc, time::Duration};
 
@@ -104,21 +101,21 @@ impl Service {
         };
         let caller = Caller::new(&auth.internal_secret)?;
         let peers = grpc::Peers::new(&config.grpc)?;
-        let gateways = gateways::GrpcGateways::new(caller.clone(), peers.clone());
+        let gateways = peers::gateways::GrpcGateways::new(caller.clone(), peers.clone());
         let ttl = Duration::from_secs(config.presence_ttl_secs);
         let mut router =
             router::Router::new(presence, Arc::new(gateways), ttl, config.multi_device);
         let push = &config.offline_push;
-        if let Some(webhook) = webhook::Webhook::new(push)? {
+        if let Some(webhook) = peers::webhook::Webhook::new(push)? {
             let targets =
-                targets::SyncTargets::new(caller.clone(), peers.channel(&config.sync_addr)?);
+                peers::targets::SyncTargets::new(caller.clone(), peers.channel(&config.sync_addr)?);
             let offline = offline::OfflinePush::start(push, Arc::new(targets), Arc::new(webhook));
             router = router.with_offline_push(offline);
         }
         let router = Arc::new(router);
         let typing = typing::Typing::new(
             router.clone(),
-            Arc::new(groups::GrpcGroups::new(
+            Arc::new(peers::groups::GrpcGroups::new(
                 caller.clone(),
                 peers.channel(&config.group_addr)?,
             )),
@@ -128,7 +125,7 @@ impl Service {
         );
         let watch = watch::Watch::new(
             router.clone(),
-            Arc::new(friends::GrpcFriends::new(
+            Arc::new(peers::friends::GrpcFriends::new(
                 caller,
                 peers.channel(&config.relation_addr)?,
             )),
