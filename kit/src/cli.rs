@@ -63,6 +63,7 @@ pub fn migrate_only() -> bool {
 }
 
 /// Runs `M`'s migrations on `database`, logs the outcome and closes the connection.
+#[cfg(feature = "sql")]
 pub async fn migrate<M: sea_orm_migration::MigratorTrait>(
     service: &str,
     database: &crate::config::SqlConfig,

@@ -20,6 +20,7 @@ pub enum StoreError {
     Unavailable(#[source] anyhow::Error),
 }
 
+#[cfg(feature = "sql")]
 impl From<sea_orm::DbErr> for StoreError {
     fn from(err: sea_orm::DbErr) -> Self {
         match err.sql_err() {
@@ -29,6 +30,7 @@ impl From<sea_orm::DbErr> for StoreError {
     }
 }
 
+#[cfg(feature = "redis")]
 impl From<fred::error::Error> for StoreError {
     fn from(err: fred::error::Error) -> Self {
         Self::Unavailable(err.into())

@@ -15,6 +15,7 @@ use std::{
 
 use crate::error::StoreError;
 
+#[cfg(feature = "sql")]
 pub mod lease;
 
 const EPOCH_MS: u64 = 1_704_067_200_000;

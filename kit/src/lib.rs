@@ -8,8 +8,9 @@
 //! - [`identity`]: the internal credential and the caller (`x-imesh-actor`) of every call.
 //! - [`error`]: the pieces each service's error → `Status` mapping is made of.
 //! - [`ids`]: snowflake ids, on node ids each process leases ([`ids::lease`]).
-//! - [`sql`], [`redis`]: store connections; [`seq`]: the seqsvr-style sequence allocator;
-//!   [`outbox`]: the transactional outbox and its relay.
+//! - `sql`, `redis` (features of the same names, on by default): store connections; `seq`
+//!   (both): the seqsvr-style sequence allocator; `outbox` (`sql`): the transactional
+//!   outbox and its relay. The gateway builds without either, notify-svc with Redis only.
 //! - [`tls`]: the server side of TLS (client listeners, and mutual TLS between services).
 //! - `testing` (feature `testing`, for tests and benches): the real stores tests run on.
 //!
@@ -25,9 +26,13 @@ pub mod hooks;
 pub mod identity;
 pub mod ids;
 pub mod metrics;
+#[cfg(feature = "sql")]
 pub mod outbox;
+#[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(all(feature = "sql", feature = "redis"))]
 pub mod seq;
+#[cfg(feature = "sql")]
 pub mod sql;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]

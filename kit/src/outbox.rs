@@ -27,7 +27,9 @@ use tokio::sync::Notify;
 use crate::error::StoreError;
 
 mod sync_sink;
+mod webhook_sink;
 pub use sync_sink::SyncSink;
+pub use webhook_sink::WebhookSink;
 
 /// One pending event. `payload` is opaque to the kit (services store encoded protobuf).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,9 +5,8 @@
 //! `IMESH_TEST_ALL_BACKENDS=1` a missing server is a test failure, not a skip.
 
 use rand::Rng;
-use sea_orm::{ConnectionTrait, Database};
 
-use crate::config::{RedisConfig, Secret, SqlConfig};
+use crate::config::{RedisConfig, Secret};
 
 /// Polls `done` until it holds, failing with `what` after 10 s.
 pub async fn until(what: &str, mut done: impl FnMut() -> bool) {
@@ -64,7 +63,10 @@ pub fn sql_backends() -> Vec<Backend> {
 }
 
 /// A fresh, empty database on `backend`, private to the caller.
-pub async fn fresh_sql(backend: Backend) -> anyhow::Result<SqlConfig> {
+#[cfg(feature = "sql")]
+pub async fn fresh_sql(backend: Backend) -> anyhow::Result<crate::config::SqlConfig> {
+    use crate::config::SqlConfig;
+    use sea_orm::{ConnectionTrait, Database};
     let name = format!("t{}", rand::rng().random_range(0..u64::MAX / 2));
     let url = match backend {
         Backend::Sqlite => {

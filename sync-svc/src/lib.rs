@@ -26,10 +26,10 @@ use bits::ReceiptBits;
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
-    hooks::{Hook, Signing, WebhookSink},
+    hooks::{Hook, Signing},
     identity::{Caller, InternalAuth},
     ids::lease::{NodeBlock, NodeIds},
-    outbox::{Relay, RelayMetrics, SqlOutbox},
+    outbox::{Relay, RelayMetrics, SqlOutbox, WebhookSink},
 };
 use imesh_protos::sync::sync_service_server::SyncServiceServer;
 use serde::{Deserialize, Serialize};
