@@ -30,6 +30,29 @@ where
     }
 }
 
+/// What a reader paging "after the last seq I have" sees while `writers` run, and once
+/// more after they have finished: every seq `page(after)` answered, in the order read. A
+/// seq that became visible after a later one was read is missing from it.
+pub async fn read_after_while<T, F, Fut>(
+    writers: &[tokio::task::JoinHandle<T>],
+    mut page: F,
+) -> Vec<i64>
+where
+    F: FnMut(i64) -> Fut,
+    Fut: Future<Output = Vec<i64>>,
+{
+    let mut seen: Vec<i64> = Vec::new();
+    loop {
+        let finished = writers.iter().all(|w| w.is_finished());
+        let after = seen.last().copied().unwrap_or(0);
+        seen.extend(page(after).await);
+        if finished {
+            return seen;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,

@@ -166,18 +166,14 @@ async fn two_replicas_writing_one_conversation_never_make_a_seq_visible_late() {
                 })
             })
             .collect();
-        // A reader paging "after the last seq I have" all along.
-        let mut seen: Vec<i64> = Vec::new();
-        loop {
-            let done = writers.iter().all(|w| w.is_finished());
-            let after = seen.last().copied().unwrap_or(0);
-            let page = replicas[0].history("d:1:2", after, i64::MAX, 500, false).await.unwrap();
-            seen.extend(page.iter().map(|m| m.seq));
-            if done {
-                break;
+        let seen = testing::read_after_while(&writers, |after| {
+            let reader = replicas[0].clone();
+            async move {
+                let page = reader.history("d:1:2", after, i64::MAX, 500, false).await;
+                page.unwrap().iter().map(|m| m.seq).collect()
             }
-            tokio::task::yield_now().await;
-        }
+        })
+        .await;
         let mut stored = Vec::new();
         for writer in writers {
             stored.extend(writer.await.unwrap());

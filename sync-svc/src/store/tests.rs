@@ -157,17 +157,14 @@ async fn concurrent_appenders_make_a_users_entries_visible_in_sync_seq_order() {
             .collect();
         // A device pulling after its cursor all along: it would step over an entry that
         // became visible after a later one.
-        let mut seen: Vec<i64> = Vec::new();
-        loop {
-            let done = appenders.iter().all(|a| a.is_finished());
-            let after = seen.last().copied().unwrap_or(0);
-            let page = replicas[0].entries(7, after, 500).await.unwrap();
-            seen.extend(page.iter().map(|e| e.sync_seq));
-            if done {
-                break;
+        let seen = testing::read_after_while(&appenders, |after| {
+            let reader = replicas[0].clone();
+            async move {
+                let page = reader.entries(7, after, 500).await.unwrap();
+                page.iter().map(|e| e.sync_seq).collect()
             }
-            tokio::task::yield_now().await;
-        }
+        })
+        .await;
         for appender in appenders {
             appender.await.unwrap();
         }
