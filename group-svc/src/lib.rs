@@ -283,9 +283,9 @@ impl Service {
 /// The `group-svc` program: settings from the file and environment, `migrate` to bring the
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
-    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("group-svc");
+    let (settings, _telemetry, migrate) = imesh_kit::cli::start_with_schema::<Config>("group-svc");
     imesh_kit::cli::require_shared_state("group-svc", settings.replicas, &settings.service.redis);
-    if imesh_kit::cli::migrate_only() {
+    if migrate {
         return imesh_kit::cli::migrate::<store::sql::Migrator>(
             "group-svc",
             &settings.service.database,

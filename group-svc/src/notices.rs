@@ -80,7 +80,10 @@ impl Sink for TimelineSink {
                 .await
                 .inspect_err(|status| {
                     // The relay tries again, then with the next replica.
-                    if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown) {
+                    if matches!(
+                        status.code(),
+                        tonic::Code::Unavailable | tonic::Code::Unknown
+                    ) {
                         self.messages.down(&replica);
                     }
                 })?;

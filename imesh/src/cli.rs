@@ -245,6 +245,9 @@ mod tests {
             spec.gateway.send_lanes,
             gateway::Config::default().send_lanes
         );
-        assert_eq!(spec.ports.relation, 50051, "unset settings keep their defaults");
+        assert_eq!(
+            spec.ports.relation, 50051,
+            "unset settings keep their defaults"
+        );
     }
 }

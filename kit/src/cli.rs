@@ -24,13 +24,78 @@ pub struct Settings<S> {
     pub service: S,
 }
 
-/// Loads `Settings<S>` from `--config FILE` (or `IMESH_CONFIG`) and the environment, starts
-/// telemetry, and exits the process with one line on any error.
+/// The command line of a service that keeps no database: `<service> [--config FILE]`.
+#[derive(Debug, clap::Parser)]
+struct Serve {
+    #[command(flatten)]
+    config: ConfigFile,
+}
+
+/// The command line of a service with a database: `<service> [--config FILE] [migrate]`.
+#[derive(Debug, clap::Parser)]
+struct ServeOrMigrate {
+    #[command(flatten)]
+    config: ConfigFile,
+    #[command(subcommand)]
+    command: Option<SchemaCommand>,
+}
+
+#[derive(Debug, clap::Args)]
+struct ConfigFile {
+    /// A TOML file with settings; `IMESH__…` environment variables override it
+    #[arg(long, env = "IMESH_CONFIG", global = true)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum SchemaCommand {
+    /// Bring the database schema up to date and exit (the Helm chart's migration Job)
+    Migrate,
+}
+
+/// Parses the process's arguments as `A`, under the program's name `service`; exits with
+/// clap's usage on bad arguments and with the help on `--help`.
+fn parse<A: clap::Parser>(service: &'static str) -> A {
+    let about = format!(
+        "The imesh {service}: its settings are its defaults, then a TOML file, then \
+         IMESH__SECTION__KEY environment variables"
+    );
+    let matches = A::command().name(service).about(about).get_matches();
+    A::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// Reads the command line of a service that keeps no database, loads `Settings<S>` from
+/// `--config FILE` (or `IMESH_CONFIG`) and the environment, starts telemetry, and exits
+/// the process with one line on any error.
 pub fn start<S>(service: &'static str) -> (Settings<S>, crate::telemetry::TelemetryGuard)
 where
     S: DeserializeOwned + Serialize + Default,
 {
-    let file = config_file();
+    let args: Serve = parse(service);
+    load(service, args.config.config)
+}
+
+/// [`start`] for a service with a database, whose program also takes `migrate`: true when
+/// it was asked to bring the schema up to date and exit.
+pub fn start_with_schema<S>(
+    service: &'static str,
+) -> (Settings<S>, crate::telemetry::TelemetryGuard, bool)
+where
+    S: DeserializeOwned + Serialize + Default,
+{
+    let args: ServeOrMigrate = parse(service);
+    let (settings, telemetry) = load(service, args.config.config);
+    let migrate = matches!(args.command, Some(SchemaCommand::Migrate));
+    (settings, telemetry, migrate)
+}
+
+fn load<S>(
+    service: &'static str,
+    file: Option<PathBuf>,
+) -> (Settings<S>, crate::telemetry::TelemetryGuard)
+where
+    S: DeserializeOwned + Serialize + Default,
+{
     let settings: Settings<S> =
         crate::config::load(file.as_deref()).unwrap_or_else(|e| exit(service, e));
     settings
@@ -56,12 +121,6 @@ pub fn require_shared_state(service: &str, replicas: u32, redis: &crate::config:
     }
 }
 
-/// True when the binary was started as `<service> migrate`: bring the schema up to date
-/// and exit (the Helm chart's migration Job).
-pub fn migrate_only() -> bool {
-    std::env::args().nth(1).as_deref() == Some("migrate")
-}
-
 /// Runs `M`'s migrations on `database`, logs the outcome and closes the connection.
 #[cfg(feature = "sql")]
 pub async fn migrate<M: sea_orm_migration::MigratorTrait>(
@@ -74,21 +133,33 @@ pub async fn migrate<M: sea_orm_migration::MigratorTrait>(
     Ok(())
 }
 
-fn config_file() -> Option<PathBuf> {
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        if arg == "--config" {
-            return args.next().map(PathBuf::from);
-        }
-        if let Some(path) = arg.strip_prefix("--config=") {
-            return Some(PathBuf::from(path));
-        }
-    }
-    std::env::var_os("IMESH_CONFIG").map(PathBuf::from)
-}
-
 /// Prints `service: bad configuration: …` and exits with status 2.
 pub fn exit(service: &str, error: impl std::fmt::Display) -> ! {
     eprintln!("{service}: bad configuration: {error}");
     std::process::exit(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn a_service_with_a_database_takes_a_config_file_and_migrate() {
+        let args =
+            ServeOrMigrate::try_parse_from(["sync-svc", "migrate", "--config", "s.toml"]).unwrap();
+        assert_eq!(args.config.config, Some(PathBuf::from("s.toml")));
+        assert!(matches!(args.command, Some(SchemaCommand::Migrate)));
+        let args = ServeOrMigrate::try_parse_from(["sync-svc"]).unwrap();
+        assert!(args.command.is_none());
+    }
+
+    #[test]
+    fn a_service_without_one_refuses_migrate_and_unknown_flags() {
+        assert!(Serve::try_parse_from(["gateway", "migrate"]).is_err());
+        assert!(Serve::try_parse_from(["gateway", "--port", "1"]).is_err());
+        let args = Serve::try_parse_from(["gateway", "--config=g.toml"]).unwrap();
+        assert_eq!(args.config.config, Some(PathBuf::from("g.toml")));
+    }
 }

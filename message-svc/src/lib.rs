@@ -282,9 +282,10 @@ async fn flush_reactions(messages: Arc<domain::Messages>, every: std::time::Dura
 /// The `message-svc` program: settings from the file and environment, `migrate` to bring the
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
-    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("message-svc");
+    let (settings, _telemetry, migrate) =
+        imesh_kit::cli::start_with_schema::<Config>("message-svc");
     imesh_kit::cli::require_shared_state("message-svc", settings.replicas, &settings.service.redis);
-    if imesh_kit::cli::migrate_only() {
+    if migrate {
         return imesh_kit::cli::migrate::<store::sql::Migrator>(
             "message-svc",
             &settings.service.database,

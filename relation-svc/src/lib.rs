@@ -257,13 +257,14 @@ impl Service {
 /// The `relation-svc` program: settings from the file and environment, `migrate` to bring the
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
-    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("relation-svc");
+    let (settings, _telemetry, migrate) =
+        imesh_kit::cli::start_with_schema::<Config>("relation-svc");
     imesh_kit::cli::require_shared_state(
         "relation-svc",
         settings.replicas,
         &settings.service.redis,
     );
-    if imesh_kit::cli::migrate_only() {
+    if migrate {
         return imesh_kit::cli::migrate::<store::sql::Migrator>(
             "relation-svc",
             &settings.service.database,

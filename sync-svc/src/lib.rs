@@ -233,9 +233,9 @@ async fn purge_hourly(
 /// The `sync-svc` program: settings from the file and environment, `migrate` to bring the
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
-    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("sync-svc");
+    let (settings, _telemetry, migrate) = imesh_kit::cli::start_with_schema::<Config>("sync-svc");
     imesh_kit::cli::require_shared_state("sync-svc", settings.replicas, &settings.service.redis);
-    if imesh_kit::cli::migrate_only() {
+    if migrate {
         return imesh_kit::cli::migrate::<store::sql::Migrator>(
             "sync-svc",
             &settings.service.database,

@@ -171,6 +171,7 @@ impl Deployment {
             };
             for (replica, listen) in replicas[name].iter().enumerate() {
                 let mut own = vec![
+                    ("IMESH_TEST_SERVICE".to_owned(), name.to_owned()),
                     ("IMESH__DATABASE__URL".to_owned(), database.clone()),
                     ("IMESH__GRPC__LISTEN".to_owned(), listen.to_string()),
                 ];
@@ -181,7 +182,7 @@ impl Deployment {
                     name,
                     log: data.join(format!("{name}-{replica}.log")),
                     listen: *listen,
-                    command: vec![programs.service.to_owned(), name.to_owned()],
+                    command: vec![programs.service.to_owned()],
                     env: common.iter().cloned().chain(own).collect(),
                     child: None,
                 });

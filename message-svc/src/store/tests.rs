@@ -94,7 +94,11 @@ async fn a_seq_at_or_below_the_committed_max_is_refused_and_stores_nothing() {
                 "{backend:?}: seq {seq}: {behind:?}"
             );
             assert!(
-                store.find_sent(1, &format!("m{msg_id}")).await.unwrap().is_none(),
+                store
+                    .find_sent(1, &format!("m{msg_id}"))
+                    .await
+                    .unwrap()
+                    .is_none(),
                 "{backend:?}: seq {seq} stored"
             );
         }
@@ -156,7 +160,10 @@ async fn two_replicas_writing_one_conversation_never_make_a_seq_visible_late() {
                 tokio::spawn(async move {
                     let mut stored = Vec::new();
                     for seq in (1..=100).filter(|s| s % 2 == 1 - r as i64) {
-                        match store.append(&message(seq, seq, &format!("r{seq}")), event(seq)).await {
+                        match store
+                            .append(&message(seq, seq, &format!("r{seq}")), event(seq))
+                            .await
+                        {
                             Ok(()) => stored.push(seq),
                             Err(StoreError::Unavailable(_)) => {}
                             Err(e) => panic!("seq {seq}: {e:?}"),
@@ -179,8 +186,15 @@ async fn two_replicas_writing_one_conversation_never_make_a_seq_visible_late() {
             stored.extend(writer.await.unwrap());
         }
         stored.sort_unstable();
-        assert_eq!(seen, stored, "{backend:?}: the reader stepped over a stored seq");
-        assert!(stored.len() >= 50, "{backend:?}: only {} of 100 stored", stored.len());
+        assert_eq!(
+            seen, stored,
+            "{backend:?}: the reader stepped over a stored seq"
+        );
+        assert!(
+            stored.len() >= 50,
+            "{backend:?}: only {} of 100 stored",
+            stored.len()
+        );
     }
 }
 

@@ -354,10 +354,7 @@ async fn the_conversation_list_pages_by_last_activity() {
 async fn purging_drops_old_events_and_their_entries_only() {
     for (backend, store) in stores().await {
         for id in 1..=4 {
-            store
-                .append(&[event(id, &[7, 8])])
-                .await
-                .unwrap();
+            store.append(&[event(id, &[7, 8])]).await.unwrap();
         }
         assert_eq!(store.purge_before(3).await.unwrap(), 4, "{backend:?}");
         let left: Vec<i64> = store
@@ -635,10 +632,7 @@ async fn webhook_payloads_are_queued_with_their_events_once() {
             hook: Some(b"{\"event_id\":\"e1\"}".to_vec()),
             ..event(1, &[1])
         };
-        store
-            .append(&[with_hook, event(2, &[1])])
-            .await
-            .unwrap();
+        store.append(&[with_hook, event(2, &[1])]).await.unwrap();
         let queued = imesh_kit::outbox::SqlOutbox::new(db, WEBHOOK_TABLE)
             .pending(10)
             .await

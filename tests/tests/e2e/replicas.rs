@@ -17,7 +17,7 @@ const SERVICE: &str = env!("CARGO_BIN_EXE_test-service");
 fn service(name: &str) -> Command {
     let mut command = Command::new(SERVICE);
     command
-        .arg(name)
+        .env("IMESH_TEST_SERVICE", name)
         .env("IMESH__AUTH__INTERNAL_SECRET", INTERNAL_SECRET)
         .env("IMESH__AUTH__JWT_SECRET", JWT_SECRET)
         .env("IMESH__TELEMETRY__LOG", "warn")

@@ -324,7 +324,6 @@ pub(super) async fn write_appends(
     Ok(())
 }
 
-
 #[async_trait]
 impl MessageStore for SqlMessageStore {
     async fn find_sent_many(&self, keys: &[(i64, &str)]) -> Result<Vec<Option<Sent>>, StoreError> {
