@@ -18,8 +18,8 @@ use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use imesh_kit::testing;
 use sync_svc::{
-    bits::{ReceiptBits, memory::MemoryBits, redis::RedisBits},
-    domain::{Change, Inboxes, IncomingEvent, MapMember, Mark, MemberMap, ReadMark},
+    bits::{memory::MemoryBits, redis::RedisBits},
+    domain::{Change, Inboxes, IncomingEvent, MapMember, Mark, MemberMap, ReadMark, ReceiptBits},
 };
 
 /// Messages crossed by one watermark advance.

@@ -4,11 +4,13 @@
 //! # Layout
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
 //! - [`domain`]: fanout into inboxes with per-user `sync_seq`, pulls, acks; reads and the
-//!   conversation list.
-//! - [`store`]: the [`store::InboxStore`] port and its sea-orm adapter with migrations.
+//!   conversation list; in [`domain::ports`], every port it needs. Layers depend downward
+//!   only: api → domain ← adapters (store, bits, peers).
+//! - [`store`]: the sea-orm adapter of [`domain::InboxStore`], with migrations.
+//! - [`bits`]: the Redis and in-process adapters of [`domain::ReceiptBits`].
 //! - [`peers`]: the notify-svc client for live delivery, the group-svc client for
 //!   memberships of read-fanout groups.
-//! - [`keys`]: counter key formats.
+//! - [`keys`]: Redis key formats.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
@@ -22,7 +24,7 @@ pub mod store;
 
 use std::{sync::Arc, time::Duration};
 
-use bits::ReceiptBits;
+use domain::ReceiptBits;
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use imesh_kit::{ids::Snowflake, testing};
 use sync_svc::{
-    bits::ReceiptBits,
+    domain::ReceiptBits,
     domain::{Entry, Inboxes, MemberMap, Memberships, Notifier, Parts},
     store::sql::{Migrator, SqlInboxStore},
 };

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use imesh_kit::error::StoreError;
 use parking_lot::Mutex;
 
-use super::{BUILT, ReceiptBits, set_bit};
+use crate::domain::ports::{BUILT, ReceiptBits, set_bit};
 
 #[derive(Default)]
 pub struct MemoryBits {

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use fred::{prelude::*, types::ExpireOptions};
 use imesh_kit::error::StoreError;
 
-use super::{BUILT, ReceiptBits};
+use crate::domain::ports::{BUILT, ReceiptBits};
 use crate::keys;
 
 /// KEYS: arena, scratch. ARGV: start byte, bytes, TTL in ms. Writes the bytes at their

@@ -11,14 +11,12 @@ use bytes::Bytes;
 use imesh_kit::{error::StoreError, ids::Snowflake, metrics::Registry};
 use prometheus_client::metrics::histogram::Histogram;
 
-use crate::{
-    bits::ReceiptBits,
-    store::{InboxStore, StoredEvent},
-};
-
+pub mod ports;
 mod push;
 mod reads;
 mod receipts;
+
+pub use ports::{InboxStore, Memberships, Notifier, ReceiptBits, StoredEvent};
 
 pub use push::{MAX_OFFLINE_TARGETS, OfflineDecision, Preview, PushSettings};
 pub use reads::{
@@ -74,23 +72,6 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
         field,
         reason: reason.into(),
     }
-}
-
-/// Who belongs to a group now (group-svc), for reads of read-fanout conversations.
-#[async_trait::async_trait]
-pub trait Memberships: Send + Sync + 'static {
-    async fn is_member(&self, group: i64, user: i64) -> anyhow::Result<bool>;
-    /// The current members of a group that is not a super group, by map id; `fresh` skips
-    /// any cache.
-    async fn member_map(&self, group: i64, fresh: bool) -> anyhow::Result<Arc<MemberMap>>;
-}
-
-/// Where new entries go to reach online devices (notify-svc).
-#[async_trait::async_trait]
-pub trait Notifier: Send + Sync + 'static {
-    async fn deliver(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()>;
-    /// Live events of read-fanout groups, `(group, encoded event)`, for their online members.
-    async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> anyhow::Result<()>;
 }
 
 pub const MAX_RECIPIENTS: usize = 10_000;

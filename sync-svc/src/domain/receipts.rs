@@ -1,5 +1,5 @@
 //! Read receipts of group messages (seed 002, levels 3 and 4). A message that asked for
-//! them has a bitmap over the group's map ids in its conversation's arena ([`crate::bits`]).
+//! them has a bitmap over the group's map ids in its conversation's arena ([`super::ReceiptBits`]).
 //! Nothing is written per recipient when it is sent: a member's watermark moving from `a`
 //! to `b` sets their bit in exactly the receipt messages in `(a, b]`, before the watermark
 //! is stored, so a stored watermark always has its bits. Who counts is decided when
@@ -15,10 +15,10 @@ use std::{
 use bytes::Bytes;
 use imesh_kit::{error::StoreError, identity::Actor};
 
-use super::{Change, Error, Inboxes, IncomingEvent, invalid, reads::group_of};
-use crate::{
-    bits::{is_set, set_bit},
-    store::StoredEvent,
+use super::{
+    Change, Error, Inboxes, IncomingEvent, invalid,
+    ports::{StoredEvent, is_set, set_bit},
+    reads::group_of,
 };
 
 /// The first arena byte a slot may use; byte 0 is the built marker.

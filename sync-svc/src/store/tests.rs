@@ -2,8 +2,15 @@
 
 use imesh_kit::testing;
 
+use std::collections::{HashMap, HashSet};
+
+use bytes::Bytes;
+use imesh_kit::error::StoreError;
+
 use super::{sql::SqlInboxStore, *};
-use crate::domain::{Change, Settings};
+use crate::domain::{
+    Change, ConversationView, Cursor, Entry, InboxStore, Mark, Settings, StoredEvent,
+};
 
 async fn stores() -> Vec<(testing::Backend, SqlInboxStore)> {
     let mut out = Vec::new();

@@ -24,7 +24,7 @@ use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseTransaction, DbErr, Stat
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::CHUNK;
-use crate::store::StoredEvent;
+use crate::domain::StoredEvent;
 
 #[derive(Iden)]
 enum InboxHeads {

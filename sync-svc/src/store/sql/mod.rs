@@ -10,8 +10,8 @@ use imesh_kit::error::StoreError;
 use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, DbErr, TransactionTrait};
 use sea_orm_migration::{prelude::*, schema::*};
 
-use super::{InboxStore, StoredEvent};
 use crate::domain::{ConversationView, Cursor, Entry, PushSettings, Receipt, Settings};
+use crate::domain::{InboxStore, StoredEvent};
 
 mod heads;
 mod push;

@@ -15,10 +15,7 @@ use sea_orm::{
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::CHUNK;
-use crate::{
-    domain::{Change, ConversationView, Cursor, Settings},
-    store::StoredEvent,
-};
+use crate::domain::{Change, ConversationView, Cursor, Settings, StoredEvent};
 
 #[derive(Iden)]
 enum ConversationStates {

@@ -9,10 +9,7 @@ use imesh_kit::error::StoreError;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, QueryResult};
 use sea_orm_migration::{prelude::*, schema::*};
 
-use crate::{
-    domain::{Change, FIRST_SLOT, Receipt},
-    store::StoredEvent,
-};
+use crate::domain::{Change, FIRST_SLOT, Receipt, StoredEvent};
 
 #[derive(Iden)]
 enum Receipts {
