@@ -3,8 +3,9 @@
 //! # Layout
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
 //! - [`domain`]: the send path (validation, rate limits, the permission gate, seq and id
-//!   allocation, notices), history and recall.
-//! - [`store`]: the [`store::MessageStore`] port and its sea-orm adapter with migrations.
+//!   allocation, notices), history and recall; in [`domain::ports`], every port it needs.
+//!   Layers depend downward only: api → domain ← adapters (store, hooks, peers).
+//! - [`store`]: the sea-orm adapter of [`domain::MessageStore`], with migrations.
 //! - [`events`]: the outbox payload and the relay sink into sync-svc.
 //! - [`hooks`]: the app server's before-send hook over HTTP(S).
 //! - [`peers`]: the relation-svc and group-svc clients the gate asks.

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use imesh_kit::{error::StoreError, ids::Snowflake, outbox::Backlog, seq::SeqAllocator};
 use tokio::sync::Notify;
 
-use crate::store::MessageStore;
-
 mod content;
+pub mod ports;
 mod rate;
 mod react;
 mod read;
@@ -18,6 +17,10 @@ mod send;
 mod types;
 
 pub use content::{Content, Media, MediaKind, Notice};
+pub use ports::{
+    Audience, BeforeSend, BeforeSendHook, Directory, GateAnswer, Gated, GroupGate, GroupRefusal,
+    MessageStore, Peers, Queued, Verdict,
+};
 pub use rate::{RateLimited, RateLimits};
 pub use read::HistoryPage;
 pub use search::{SearchPage, SearchScope};
@@ -94,121 +97,6 @@ pub struct PeerRelation {
     pub peer_lists_sender: bool,
     pub sender_blocked_peer: bool,
     pub peer_blocked_sender: bool,
-}
-
-/// Who exists and who blocked whom, as relation-svc knows it.
-#[async_trait::async_trait]
-pub trait Directory: Send + Sync + 'static {
-    /// What each `(sender, peer)` pair's relation allows, in the order asked (at most
-    /// [`send::MAX_SEND_BATCH`] pairs).
-    async fn relations(&self, pairs: &[(i64, i64)]) -> anyhow::Result<Vec<PeerRelation>>;
-    /// The ids among `users` that exist and are not disabled.
-    async fn existing(&self, users: &[i64]) -> anyhow::Result<Vec<i64>>;
-}
-
-/// Why group-svc refused a group send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupRefusal {
-    NotFound,
-    Forbidden,
-    Precondition,
-}
-
-/// Whom an event reaches.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Audience {
-    /// Write fanout: an inbox entry for each of these users.
-    Users(Vec<i64>),
-    /// Read fanout (super groups, groups above the write-fanout size): the event stays in
-    /// the group's conversation, which members read back themselves.
-    Group(i64),
-}
-
-/// group-svc's answer to "may this go out, and to whom", or a refusal.
-pub type GateAnswer = Result<Gated, (GroupRefusal, String)>;
-
-/// A group send group-svc allowed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Gated {
-    pub audience: Audience,
-    pub member_count: u32,
-    /// Members with a map id below this joined before the decision.
-    pub map_bound: u32,
-}
-
-impl Gated {
-    /// A direct or notice conversation: no group, no map.
-    fn direct(users: Vec<i64>) -> Self {
-        Self {
-            audience: Audience::Users(users),
-            member_count: 0,
-            map_bound: 0,
-        }
-    }
-}
-
-/// group-svc's send gate and member list, as message-svc needs them.
-#[async_trait::async_trait]
-pub trait GroupGate: Send + Sync + 'static {
-    /// Whom a message from `sender` to `group` goes to, when group-svc allows it now with
-    /// the permission bits `needs` (membership as of the send). The system account writes
-    /// to any live group. `Ok(Err(..))` is a refusal; `Err` a failure to ask.
-    async fn recipients(
-        &self,
-        group: i64,
-        sender: Sender,
-        needs: u32,
-    ) -> anyhow::Result<GateAnswer>;
-    /// Whom an event of the group's reaches now (a recall).
-    async fn audience(&self, group: i64) -> anyhow::Result<Audience>;
-    /// The current members among `users`, as `asker` (a member, or the system) sees them.
-    async fn members_among(
-        &self,
-        group: i64,
-        asker: Sender,
-        users: &[i64],
-    ) -> anyhow::Result<Vec<i64>>;
-    /// Whether `user` is a current member holding every bit of `permission`.
-    async fn holds(&self, group: i64, user: i64, permission: u32) -> anyhow::Result<bool>;
-    /// The groups `user` belongs to now, at most `max`.
-    async fn groups_of(&self, user: i64, max: usize) -> anyhow::Result<Vec<i64>>;
-    /// The seqs of the group's conversation `user` may read: after their join seq and, once
-    /// they left, up to their leave seq. `None` when they never were a member.
-    async fn visibility(&self, group: i64, user: i64)
-    -> anyhow::Result<Option<(i64, Option<i64>)>>;
-}
-
-/// The services message-svc asks before storing: relation-svc and group-svc, and the
-/// company's app server when a before-send hook is set.
-pub struct Peers {
-    pub relations: Arc<dyn Directory>,
-    pub groups: Arc<dyn GroupGate>,
-    pub before_send: Option<BeforeSendHook>,
-}
-
-/// The app server's say on a user's message before it is stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    Allow,
-    /// Refused, with the reason the sender sees.
-    Reject(String),
-    /// Stored with this content instead (checked as sent content is).
-    Replace(Content),
-}
-
-/// The app server's before-send hook.
-#[async_trait::async_trait]
-pub trait BeforeSend: Send + Sync + 'static {
-    /// The verdict on `message` (no msg id or seq yet); `Err` when it could not be asked.
-    async fn check(&self, message: &Message) -> anyhow::Result<Verdict>;
-}
-
-/// A before-send hook and what a send does when it cannot be asked.
-#[derive(Clone)]
-pub struct BeforeSendHook {
-    pub hook: Arc<dyn BeforeSend>,
-    /// Store the message anyway (true) or refuse it with UNAVAILABLE (false).
-    pub fail_open: bool,
 }
 
 /// Most messages one history page holds.

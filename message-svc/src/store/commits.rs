@@ -17,7 +17,7 @@ use imesh_kit::{
 use sea_orm::DatabaseConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::domain::Message;
+use crate::domain::{Message, Queued};
 
 /// Appends one transaction holds at most.
 const MAX_BATCH: usize = 256;
@@ -59,25 +59,7 @@ impl GroupCommit {
                 Err(_) => outcomes.push(None),
             }
         }
-        Queued(outcomes)
-    }
-}
-
-/// Appends queued for the writer, in order: `None` for one the stopped writer refused.
-pub struct Queued(Vec<Option<oneshot::Receiver<Result<(), StoreError>>>>);
-
-impl Queued {
-    /// Waits for each append's outcome, in the order queued.
-    pub async fn outcomes(self) -> Vec<Result<(), StoreError>> {
-        let stopped = || StoreError::Unavailable(anyhow::anyhow!("the message writer stopped"));
-        let mut results = Vec::with_capacity(self.0.len());
-        for outcome in self.0 {
-            results.push(match outcome {
-                Some(outcome) => outcome.await.unwrap_or_else(|_| Err(stopped())),
-                None => Err(stopped()),
-            });
-        }
-        results
+        Queued::new(outcomes)
     }
 }
 

@@ -1,11 +1,15 @@
 //! The MessageStore contract, run against every SQL backend.
 
-use imesh_kit::{outbox::SqlOutbox, testing};
+use imesh_kit::{
+    error::StoreError,
+    outbox::{OutboxRow, SqlOutbox},
+    testing,
+};
 
 use super::{sql::SqlMessageStore, *};
 use crate::domain::{
-    Content, Forwarded, Hidden, Media, MediaKind, Mentions, Notice, Pin, PinOutcome, ReactOutcome,
-    ReactionChange, ReactionCount, Reply,
+    Content, Forwarded, Hidden, Media, MediaKind, Mentions, Message, MessageStore, Notice, Pin,
+    PinOutcome, ReactOutcome, ReactionChange, ReactionCount, Reply,
 };
 
 async fn stores() -> Vec<(testing::Backend, SqlMessageStore, SqlOutbox)> {

@@ -12,12 +12,12 @@ use sea_orm::{
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::{
-    MessageStore, OUTBOX_TABLE,
+    OUTBOX_TABLE,
     commits::{Append, GroupCommit},
 };
 use crate::domain::{
-    Content, Hidden, MediaKind, Mentions, Message, MovedReactions, Pin, PinOutcome, ReactOutcome,
-    ReactionChange, ReactionCount, SearchScope, Sent,
+    Content, Hidden, MediaKind, Mentions, Message, MessageStore, MovedReactions, Pin, PinOutcome,
+    ReactOutcome, ReactionChange, ReactionCount, SearchScope, Sent,
 };
 
 mod order;
@@ -374,7 +374,7 @@ impl MessageStore for SqlMessageStore {
         Ok(keys.iter().map(|key| by_key.remove(key)).collect())
     }
 
-    async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> super::Queued {
+    async fn append_many(&self, appends: &[(Message, OutboxRow)]) -> crate::domain::Queued {
         self.commits.append_many(appends).await
     }
 
