@@ -15,8 +15,8 @@ use std::{
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use group_svc::{
     cache::roster::{Entry, Rosters, memory::MemoryRosters, redis::RedisRosters},
-    domain::{Gate, Group, GroupType, JoinMode, Member, MemberStatus, Role},
-    store::{GroupStore, sql},
+    domain::{Gate, Group, GroupStore, GroupType, JoinMode, Member, MemberStatus, Role},
+    store::sql,
 };
 use imesh_kit::{ids::Snowflake, testing};
 

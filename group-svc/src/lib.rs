@@ -5,7 +5,8 @@
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
 //! - [`domain`]: the model, the rules (pure decisions under a lock on the group), the
 //!   operations, the cached send gate, and large groups' rosters.
-//! - [`store`]: the [`store::GroupStore`] port and its sea-orm adapter with migrations.
+//! - [`store`]: the sea-orm adapter of [`domain::GroupStore`] (the domain's ports are in
+//!   [`domain::ports`]), with migrations.
 //! - [`cache`]: the shared group cache (Redis with pub/sub invalidation, or in-process), and
 //!   the rosters of large groups (bucketed sorted sets).
 //! - [`events`]: group changes as sync events, relayed to sync-svc through the outbox.

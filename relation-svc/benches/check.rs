@@ -14,10 +14,10 @@ use imesh_kit::{ids::Snowflake, testing};
 use relation_svc::{
     cache::{EdgeCache, LocalCache, memory::MemoryEdgeCache, redis::RedisEdgeCache},
     domain::{
-        Checker, User,
+        Checker, FriendStore, NewUser, User, UserStore,
         plan::{self, Clock},
     },
-    store::{FriendStore, NewUser, UserStore, sql},
+    store::sql,
 };
 
 const USERS: i64 = 101;

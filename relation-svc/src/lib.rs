@@ -5,7 +5,8 @@
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
 //! - [`domain`]: accounts (argon2, tokens, the admin path), friendships and requests (pure
 //!   decisions in [`domain::plan`]), and the cached relation check.
-//! - [`store`]: the [`store::UserStore`] and [`store::FriendStore`] ports; sea-orm adapter.
+//! - [`store`]: the sea-orm adapter of [`domain::UserStore`] and [`domain::FriendStore`]
+//!   (the domain's storage ports are in [`domain::ports`]).
 //! - [`cache`]: the local and shared (Redis or in-process) relation caches.
 //! - [`events`]: relation changes as sync events, relayed to sync-svc through the outbox.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.

@@ -17,8 +17,8 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{Error, GateGroup, GateMember, Role, rules};
-use crate::{cache::GroupCache, store::GroupStore};
+use super::{Error, GateGroup, GateMember, GroupStore, Role, rules};
+use crate::cache::GroupCache;
 
 /// What the gate answers for an allowed send: the decision as of now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

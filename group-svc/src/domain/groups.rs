@@ -11,7 +11,7 @@ use super::{
     roster::Roster,
     rules::{self, GroupChange, GroupState, InfoEdit, Now},
 };
-use crate::store::GroupStore;
+use crate::domain::GroupStore;
 
 /// Where a joiner's `join_seq` comes from: the conversation's current seq (message-svc).
 #[async_trait::async_trait]

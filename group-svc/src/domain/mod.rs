@@ -5,9 +5,12 @@
 
 pub mod gate;
 pub mod groups;
+pub mod ports;
 pub mod recount;
 pub mod roster;
 pub mod rules;
+
+pub use ports::{EncodeEvent, GroupStore, Plan};
 
 use imesh_kit::error::StoreError;
 

@@ -11,11 +11,8 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{Group, Member};
-use crate::{
-    cache::roster::{Entry, Rosters},
-    store::GroupStore,
-};
+use super::{Group, GroupStore, Member};
+use crate::cache::roster::{Entry, Rosters};
 
 /// Groups with at least this many members keep a roster (seed 000: below it, a set).
 pub const ROSTER_FROM: u32 = 2_000;

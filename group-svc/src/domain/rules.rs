@@ -1,5 +1,5 @@
 //! Every group decision as a pure function of the group's state, read by the store under a
-//! lock on the group ([`crate::store::GroupStore::change`]): who may do what to whom, and
+//! lock on the group ([`crate::domain::GroupStore::change`]): who may do what to whom, and
 //! what changes. Unit-tested without I/O.
 
 use std::collections::HashMap;

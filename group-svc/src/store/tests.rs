@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use imesh_kit::{ids::Snowflake, outbox::SqlOutbox, testing};
+use imesh_kit::{error::StoreError, ids::Snowflake, outbox::SqlOutbox, testing};
 use tokio::sync::Notify;
 
 use super::*;
 use crate::domain::{
-    GroupStatus, GroupType, JoinMode, MemberStatus, Role,
+    Error, Group, GroupStatus, GroupStore, GroupType, JoinMode, Member, MemberStatus, Role,
     rules::{self, Now},
 };
 

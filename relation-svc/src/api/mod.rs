@@ -9,10 +9,7 @@ use imesh_kit::identity::{Actor, actor, client_addr};
 use imesh_protos::relation::{self as pb, relation_service_server::RelationService};
 use tonic::{Request, Response, Status};
 
-use crate::{
-    domain::{Accounts, Checker, Friends},
-    store::{Direction, ProfileUpdate},
-};
+use crate::domain::{Accounts, Checker, Direction, Friends, ProfileUpdate};
 use convert::{friendship_to_proto, request_to_proto, status, user_to_proto};
 
 pub struct RelationApi {

@@ -12,7 +12,7 @@ use super::{
     Checker, Error, User, invalid, parse_extra_json,
     throttle::{Attempt, Throttle},
 };
-use crate::store::{NewUser, ProfileUpdate, UserStore};
+use crate::domain::{NewUser, ProfileUpdate, UserStore};
 
 /// A checked username: 3–32 of `[a-z0-9_.-]`.
 pub fn parse_username(raw: &str) -> Result<String, Error> {

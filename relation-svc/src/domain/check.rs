@@ -5,11 +5,8 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use super::{Error, FriendStatus, invalid};
-use crate::{
-    cache::{EdgeCache, LocalCache},
-    store::{FriendStore, UserStore},
-};
+use super::{Error, FriendStatus, FriendStore, UserStore, invalid};
+use crate::cache::{EdgeCache, LocalCache};
 
 /// Most peers one check may name.
 pub const MAX_PEERS_PER_CHECK: usize = 500;

@@ -9,7 +9,7 @@ use super::{
     Checker, Error, FriendRequest, Friendship, RequestState, invalid, parse_peer, parse_text,
     plan::{self, Clock, PairChange, PairState},
 };
-use crate::store::{Direction, FriendStore};
+use crate::domain::{Direction, FriendStore};
 
 /// Limits of one page of friends or requests.
 pub const MAX_FRIENDS_PAGE: u32 = 500;

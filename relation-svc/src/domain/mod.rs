@@ -6,7 +6,12 @@ pub mod accounts;
 pub mod check;
 pub mod friends;
 pub mod plan;
+pub mod ports;
 pub mod throttle;
+
+pub use ports::{
+    Direction, EncodeEvent, FriendStore, NewUser, Plan, ProfileUpdate, StoredUser, UserStore,
+};
 
 use imesh_kit::error::StoreError;
 

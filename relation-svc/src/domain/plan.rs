@@ -1,6 +1,6 @@
 //! The decisions of the friend-request state machine and of the relation rows, as pure
 //! functions of a pair's state (read under a lock on both users by the store, see
-//! [`crate::store::FriendStore::change_pair`]). No I/O here, so every rule is unit-tested.
+//! [`crate::domain::FriendStore::change_pair`]). No I/O here, so every rule is unit-tested.
 
 use super::{Error, FriendRequest, FriendStatus, Friendship, RequestState, invalid};
 

@@ -1,96 +1,11 @@
-//! The storage ports of relation-svc: [`UserStore`] (accounts) and [`FriendStore`]
-//! (relation rows and friend requests). Adapter: [`sql`] (sea-orm: SQLite, PostgreSQL,
-//! MySQL), one conformance suite over every backend.
-
-use async_trait::async_trait;
-use imesh_kit::error::StoreError;
-
-use crate::domain::{
-    Error, FriendRequest, Friendship, RelationEvent, User,
-    plan::{PairChange, PairState},
-};
+//! The adapter of the domain's [`crate::domain::UserStore`] and
+//! [`crate::domain::FriendStore`]: [`sql`] (sea-orm: SQLite, PostgreSQL, MySQL), with its
+//! conformance suite over every backend.
 
 pub mod sql;
 
 /// The outbox table of relation events.
 pub const OUTBOX_TABLE: &str = "relation_outbox";
-
-pub struct NewUser {
-    pub user: User,
-    /// Empty: the account has no password (admin-created).
-    pub password_hash: String,
-}
-
-pub struct StoredUser {
-    pub user: User,
-    pub password_hash: String,
-}
-
-/// Fields of a profile to change; `None` keeps the stored value.
-#[derive(Debug, Clone, Default)]
-pub struct ProfileUpdate {
-    pub nickname: Option<String>,
-    pub avatar_url: Option<String>,
-    pub extra_json: Option<String>,
-}
-
-#[async_trait]
-pub trait UserStore: Send + Sync + 'static {
-    /// MUST fail with `Conflict` when the username is taken, leaving the store unchanged.
-    async fn insert(&self, user: &NewUser) -> Result<(), StoreError>;
-    async fn by_username(&self, username: &str) -> Result<Option<StoredUser>, StoreError>;
-    /// The users among `ids` that exist, in no particular order.
-    async fn by_ids(&self, ids: &[i64]) -> Result<Vec<User>, StoreError>;
-    /// `None` when the user does not exist.
-    async fn update_profile(
-        &self,
-        id: i64,
-        update: &ProfileUpdate,
-    ) -> Result<Option<User>, StoreError>;
-    /// Sets the flag; disabling MUST also move `token_version` on (atomically), enabling
-    /// MUST NOT move it back. `None` when the user does not exist.
-    async fn set_disabled(&self, id: i64, disabled: bool) -> Result<Option<User>, StoreError>;
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    Received,
-    Sent,
-}
-
-/// Encodes a relation event as an outbox payload (see [`crate::events::encode`]).
-pub type EncodeEvent = fn(&RelationEvent) -> Vec<u8>;
-
-/// A planning step run inside [`FriendStore::change_pair`]'s transaction.
-pub type Plan<'a> = &'a (dyn Fn(&PairState) -> Result<PairChange, Error> + Send + Sync);
-
-#[async_trait]
-pub trait FriendStore: Send + Sync + 'static {
-    /// Every row owned by any of `owners` (friends or not, blocked or not).
-    async fn rows_of(&self, owners: &[i64]) -> Result<Vec<Friendship>, StoreError>;
-    /// `owner`'s rows with `sequence > after`, by sequence, at most `limit`.
-    async fn changes(
-        &self,
-        owner: i64,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<Friendship>, StoreError>;
-    async fn request(&self, id: i64) -> Result<Option<FriendRequest>, StoreError>;
-    /// Requests to (`Received`) or from (`Sent`) `user` with `id < before`, newest first.
-    async fn requests(
-        &self,
-        user: i64,
-        direction: Direction,
-        before: i64,
-        limit: u32,
-    ) -> Result<Vec<FriendRequest>, StoreError>;
-    /// In one transaction: locks users `a` and `b` against every other change of theirs
-    /// (NotFound when either does not exist), reads the pair's state, runs `plan` on it and
-    /// writes what it returns — each written row with its owner's next change sequence, and
-    /// one outbox event per written row or request. Returns the state after the change.
-    /// An error from `plan` MUST leave the store unchanged.
-    async fn change_pair(&self, a: i64, b: i64, plan: Plan<'_>) -> Result<PairState, Error>;
-}
 
 #[cfg(test)]
 mod tests;

@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
-use imesh_kit::{ids::Snowflake, outbox::SqlOutbox, testing};
+use imesh_kit::{error::StoreError, ids::Snowflake, outbox::SqlOutbox, testing};
 use prost::Message as _;
 use tokio::sync::Notify;
 
 use super::*;
 use crate::domain::{
-    FriendStatus, RequestState,
+    Direction, Error, FriendStatus, FriendStore, NewUser, ProfileUpdate, RequestState, User,
+    UserStore,
     plan::{self, Clock},
 };
 

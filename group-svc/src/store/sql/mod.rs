@@ -1,4 +1,4 @@
-//! The sea-orm adapter of [`super::GroupStore`] and group-svc's migrations.
+//! The sea-orm adapter of [`crate::domain::GroupStore`] and group-svc's migrations.
 
 mod entities;
 mod schema;

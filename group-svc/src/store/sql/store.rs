@@ -23,10 +23,11 @@ use super::entities::{
 };
 use crate::{
     domain::{
-        Error, Group, GroupEvent, GroupType, JoinRequest, Member, MemberStatus,
+        EncodeEvent, Error, Group, GroupEvent, GroupStore, GroupType, JoinRequest, Member,
+        MemberStatus, Plan,
         rules::{GroupChange, GroupState},
     },
-    store::{EncodeEvent, GroupStore, OUTBOX_TABLE, Plan},
+    store::OUTBOX_TABLE,
 };
 
 /// Rows per multi-row insert of a bulk import.

@@ -22,10 +22,10 @@ use tokio::sync::Notify;
 use super::users::entity as users;
 use crate::{
     domain::{
-        Error, FriendRequest, FriendStatus, Friendship, RelationEvent, RequestState,
-        plan::PairState,
+        Direction, EncodeEvent, Error, FriendRequest, FriendStatus, FriendStore, Friendship, Plan,
+        RelationEvent, RequestState, plan::PairState,
     },
-    store::{Direction, EncodeEvent, FriendStore, OUTBOX_TABLE, Plan},
+    store::OUTBOX_TABLE,
 };
 
 #[allow(unreachable_pub)]

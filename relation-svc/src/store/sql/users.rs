@@ -15,10 +15,7 @@ use sea_orm::{
 };
 use tokio::sync::Notify;
 
-use crate::{
-    domain::User,
-    store::{NewUser, ProfileUpdate, StoredUser, UserStore},
-};
+use crate::domain::{NewUser, ProfileUpdate, StoredUser, User, UserStore};
 
 #[allow(unreachable_pub)]
 pub(super) mod entity {
