@@ -5,7 +5,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use imesh_kit::testing;
 
 use super::*;
-use crate::domain::check::{Account, Edge};
+use crate::domain::check::{Account, Cached, Edge, Known};
 
 async fn caches() -> Vec<(&'static str, Arc<dyn EdgeCache>)> {
     let mut out: Vec<(&'static str, Arc<dyn EdgeCache>)> = vec![(

@@ -5,8 +5,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use super::{Error, FriendStatus, FriendStore, UserStore, invalid};
-use crate::cache::{EdgeCache, LocalCache};
+use super::{EdgeCache, Error, FriendStatus, FriendStore, LocalCache, UserStore, invalid};
 
 /// Most peers one check may name.
 pub const MAX_PEERS_PER_CHECK: usize = 500;

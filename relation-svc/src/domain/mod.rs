@@ -5,12 +5,15 @@
 pub mod accounts;
 pub mod check;
 pub mod friends;
+mod local_cache;
 pub mod plan;
 pub mod ports;
 pub mod throttle;
 
+pub use local_cache::LocalCache;
 pub use ports::{
-    Direction, EncodeEvent, FriendStore, NewUser, Plan, ProfileUpdate, StoredUser, UserStore,
+    Direction, EdgeCache, EncodeEvent, FriendStore, NewUser, Plan, ProfileUpdate, StoredUser,
+    UserStore,
 };
 
 use imesh_kit::error::StoreError;

@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 use imesh_kit::error::StoreError;
 
+use super::check::{Cached, Known};
 use super::{
     Error, FriendRequest, Friendship, RelationEvent, User,
     plan::{PairChange, PairState},
@@ -86,4 +87,16 @@ pub trait FriendStore: Send + Sync + 'static {
     /// one outbox event per written row or request. Returns the state after the change.
     /// An error from `plan` MUST leave the store unchanged.
     async fn change_pair(&self, a: i64, b: i64, plan: Plan<'_>) -> Result<PairState, Error>;
+}
+
+/// The shared cache of owners' relation rows.
+#[async_trait]
+pub trait EdgeCache: Send + Sync + 'static {
+    /// For each `(owner, peer)`: `None` when the owner's rows are not cached (the caller
+    /// loads them), otherwise the owner's account and their row about the peer.
+    async fn get(&self, pairs: &[(i64, i64)]) -> Result<Vec<Option<Cached>>, StoreError>;
+    /// Caches each owner's complete row set, replacing what was there, with the cache's TTL.
+    async fn put(&self, owners: &[(i64, Known)]) -> Result<(), StoreError>;
+    /// MUST drop the owners' entries; called after every write to their rows or account.
+    async fn invalidate(&self, owners: &[i64]) -> Result<(), StoreError>;
 }
