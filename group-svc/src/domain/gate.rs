@@ -17,8 +17,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{Error, GateGroup, GateMember, GroupStore, Role, rules};
-use crate::cache::GroupCache;
+use super::{Error, GateGroup, GateMember, GroupCache, GroupStore, Role, rules};
 
 /// What the gate answers for an allowed send: the decision as of now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -381,10 +381,7 @@ impl Groups {
         self.as_reader(me, group_id).await?;
         let ids = self
             .gate
-            .active(
-                group_id,
-                page_limit(limit, 50, crate::cache::ACTIVE_KEPT as u32)?,
-            )
+            .active(group_id, page_limit(limit, 50, super::ACTIVE_KEPT as u32)?)
             .await?;
         let mut rows = self.store.members(group_id, &ids).await?;
         rows.retain(Member::is_current);

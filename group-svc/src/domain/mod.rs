@@ -10,7 +10,7 @@ pub mod recount;
 pub mod roster;
 pub mod rules;
 
-pub use ports::{EncodeEvent, GroupStore, Plan};
+pub use ports::{ACTIVE_KEPT, EncodeEvent, GroupCache, GroupStore, Plan, Rosters};
 
 use imesh_kit::error::StoreError;
 

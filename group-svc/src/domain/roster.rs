@@ -1,4 +1,4 @@
-//! Member lists of large groups served from their rosters ([`crate::cache::roster`]):
+//! Member lists of large groups served from their rosters ([`super::Rosters`]):
 //! listing pages and member checks read the roster; without one the database answers while
 //! a background task fills it; every change is applied to it in version order.
 
@@ -11,8 +11,10 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{Group, GroupStore, Member};
-use crate::cache::roster::{Entry, Rosters};
+use super::{
+    Group, GroupStore, Member,
+    ports::{Entry, Rosters},
+};
 
 /// Groups with at least this many members keep a roster (seed 000: below it, a set).
 pub const ROSTER_FROM: u32 = 2_000;
