@@ -8,12 +8,11 @@
 //! PostgreSQL and MySQL the advance locks the heads until the commit, so appends to the
 //! same users queue there (in user order, never in a deadlock on PostgreSQL; MySQL's gap
 //! locks on heads not yet written can still deadlock two appends, which then run again).
-//! On SQLite, which takes one writer at a time anyway, a process's appends take turns and
-//! keep the heads they wrote ([`KnownHeads`]): each numbers from them (reading only the
-//! heads of users it has not written) and writes entries and raised heads in one trip. An
-//! append that still raced another to a seq (two processes on one SQLite file) finds
-//! `(user_id, sync_seq)` taken, stores nothing, forgets its users' heads and numbers
-//! again from the database. Seq N + 1 is only ever
+//! On SQLite, which takes one writer at a time anyway, a process's appends take turns:
+//! each reads the heads, numbers, and writes entries and raised heads in one trip. An
+//! append that still raced
+//! another to a seq (two processes on one SQLite file) finds `(user_id, sync_seq)` taken,
+//! stores nothing, and numbers again. Seq N + 1 is only ever
 //! written by an append that saw N committed: commit order is seq order, with any number
 //! of appenders (sync-svc replicas, concurrent relays).
 
@@ -42,56 +41,9 @@ pub(super) fn counts(events: &[StoredEvent]) -> BTreeMap<i64, i64> {
     counts
 }
 
-/// Heads kept past this many are all forgotten (and read again as needed).
-const MAX_KNOWN: usize = 200_000;
-
-/// The heads this process wrote, by user: SQLite's, where its appends take turns.
-#[derive(Default)]
-pub(super) struct KnownHeads(HashMap<i64, i64>);
-
-impl KnownHeads {
-    /// The heads of the users `counts` names, read from `db` for those not known.
-    pub(super) async fn before(
-        &self,
-        db: &impl ConnectionTrait,
-        counts: &BTreeMap<i64, i64>,
-    ) -> Result<HashMap<i64, i64>, DbErr> {
-        let unknown: BTreeMap<i64, i64> = counts
-            .iter()
-            .filter(|(user, _)| !self.0.contains_key(user))
-            .map(|(user, count)| (*user, *count))
-            .collect();
-        let mut heads = match unknown.is_empty() {
-            true => HashMap::with_capacity(counts.len()),
-            false => read(db, &unknown).await?,
-        };
-        for user in counts.keys() {
-            if let Some(head) = self.0.get(user) {
-                heads.insert(*user, *head);
-            }
-        }
-        Ok(heads)
-    }
-
-    /// Keeps the heads an append wrote.
-    pub(super) fn remember(&mut self, heads: HashMap<i64, i64>) {
-        if self.0.len() + heads.len() > MAX_KNOWN {
-            self.0.clear();
-        }
-        self.0.extend(heads);
-    }
-
-    /// Forgets the heads of `users`: an append of theirs failed, perhaps on a stale one.
-    pub(super) fn forget<'a>(&mut self, users: impl IntoIterator<Item = &'a i64>) {
-        for user in users {
-            self.0.remove(user);
-        }
-    }
-}
-
 /// The heads of the users `counts` names (none for users without an entry yet), as
-/// stored.
-async fn read(
+/// stored: SQLite's, where the caller's turn keeps them current.
+pub(super) async fn read(
     conn: &impl ConnectionTrait,
     counts: &BTreeMap<i64, i64>,
 ) -> Result<HashMap<i64, i64>, DbErr> {

@@ -54,8 +54,8 @@ pub struct SqlInboxStore {
     db: DatabaseConnection,
     known: Arc<reads::KnownStates>,
     /// On SQLite, which takes one writer at a time anyway, this process's appends take
-    /// turns (so they never race each other to a seq), holding the heads they wrote.
-    turns: Option<Arc<tokio::sync::Mutex<heads::KnownHeads>>>,
+    /// turns, so they never race each other to a seq.
+    turns: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl SqlInboxStore {
@@ -69,15 +69,14 @@ impl SqlInboxStore {
     }
 
     /// Numbers the events' entries after their recipients' heads and stores them, in one
-    /// transaction; returns the seqs. `known`: the heads this process wrote, on SQLite.
+    /// transaction; returns the seqs.
     async fn try_append(
         &self,
         events: &[StoredEvent],
         counts: &BTreeMap<i64, i64>,
-        known: Option<&mut heads::KnownHeads>,
     ) -> Result<Vec<Vec<i64>>, DbErr> {
         let backend = self.db.get_database_backend();
-        let Some(known) = known else {
+        if backend != DatabaseBackend::Sqlite {
             let txn = self.db.begin().await?;
             let before = heads::advance(&txn, counts).await?;
             let (seqs, _) = heads::number(events, before);
@@ -91,8 +90,9 @@ impl SqlInboxStore {
             txn.commit().await?;
             self.known.remember(&created);
             return Ok(seqs);
-        };
-        let (seqs, heads) = heads::number(events, known.before(&self.db, counts).await?);
+        }
+        // The caller's turn keeps the heads read here current until the commit.
+        let (seqs, heads) = heads::number(events, heads::read(&self.db, counts).await?);
         let (mut statements, created) = self.statements(events, &seqs);
         statements.extend(heads::raise(backend, &heads));
         if receipts::asked(events) {
@@ -104,7 +104,6 @@ impl SqlInboxStore {
             // The writes in one trip.
             imesh_kit::sql::commit(&self.db, &statements).await?;
         }
-        known.remember(heads);
         self.known.remember(&created);
         Ok(seqs)
     }
@@ -195,20 +194,17 @@ impl InboxStore for SqlInboxStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let mut turn = match &self.turns {
+        let _turn = match &self.turns {
             Some(turns) => Some(turns.lock().await),
             None => None,
         };
         let counts = heads::counts(events);
         let mut attempt = 1;
         loop {
-            let err = match self.try_append(events, &counts, turn.as_deref_mut()).await {
+            let err = match self.try_append(events, &counts).await {
                 Ok(seqs) => return Ok(seqs),
                 Err(err) => err,
             };
-            if let Some(known) = turn.as_deref_mut() {
-                known.forget(counts.keys());
-            }
             // Another append took one of the seqs first (unless an event is a replay), or
             // MySQL's gap locks on heads not yet written deadlocked two appends.
             let raced = match err.sql_err() {
