@@ -282,4 +282,23 @@ mod tests {
         assert!(!lone.down(&replica), "a lone replica is never left out");
         assert!(Peers::default().keyed("127.0.0.1:1,nonsense").is_err());
     }
+
+    #[tokio::test]
+    async fn a_groups_notices_reach_the_replica_its_sends_reach() {
+        let keyed = Peers::default()
+            .keyed("127.0.0.1:1, 127.0.0.1:2,127.0.0.1:3")
+            .unwrap();
+        for group in 1..=50i64 {
+            // A gateway splits its sends by conversation key; group-svc asks for the owner.
+            let sends = keyed.split(vec![group], |g| group_key(*g));
+            let notices = keyed.owner(group_key(group));
+            assert_eq!(sends[0].0.addr, notices.addr, "group {group}");
+        }
+        assert_eq!(direct_key(3, 9), direct_key(9, 3), "either way round");
+        assert_ne!(
+            direct_key(3, 9),
+            group_key(3),
+            "direct and group keys differ"
+        );
+    }
 }
