@@ -4,15 +4,12 @@
 use std::sync::Arc;
 
 use imesh_kit::{error, identity};
-use imesh_protos::{
-    notify::{self as pb, notify_service_server::NotifyService},
-    sync::{self as sync_pb, PresenceChanged, SyncEvent, sync_event::Kind},
-};
+use imesh_protos::notify::{self as pb, notify_service_server::NotifyService};
 use tonic::{Request, Response, Status};
 
-use crate::{
-    presence::DeviceRoute,
-    router::{Entry, Error, Router},
+use crate::domain::{
+    Error, Router,
+    ports::{DeviceRoute, Entry},
     typing::{Outcome, Typing},
     watch::Watch,
 };
@@ -211,26 +208,4 @@ fn status(err: Error) -> Status {
             Status::unavailable("a service notify-svc depends on is unavailable; retry later")
         }
     }
-}
-
-/// The encoded Typing event (the domain's [`crate::typing::EncodeTyping`]).
-pub fn encode_typing(conversation_id: &str, user: i64) -> bytes::Bytes {
-    encode_event(Kind::Typing(sync_pb::Typing {
-        conversation_id: conversation_id.to_owned(),
-        user_id: user,
-    }))
-}
-
-/// The encoded PresenceChanged event (the domain's [`crate::watch::EncodePresence`]).
-pub fn encode_presence(user: i64, platforms: &[String]) -> bytes::Bytes {
-    encode_event(Kind::Presence(PresenceChanged {
-        user_id: user,
-        online: !platforms.is_empty(),
-        platforms: platforms.to_vec(),
-    }))
-}
-
-fn encode_event(kind: Kind) -> bytes::Bytes {
-    use prost::Message as _;
-    SyncEvent { kind: Some(kind) }.encode_to_vec().into()
 }

@@ -2,27 +2,25 @@
 //!
 //! # Layout
 //! - [`api`]: the tonic handlers (all internal: gateways and sync-svc call them).
-//! - [`router`]: the routing domain: presence lookups grouped into one Push per gateway.
-//! - [`presence`]: the [`presence::Presence`] port with in-process and Redis adapters.
-//! - [`watch`]: presence changes told to friends, who come from relation-svc.
-//! - [`typing`]: typing indicators, live only, with members from group-svc.
-//! - [`offline`]: offline push for users with no live connection, through a webhook, as
-//!   sync-svc decides (muted conversations, quiet hours, badge).
-//! - [`peers`]: those modules' ports over other services (each gateway's `Push`, friend
-//!   lists, group members, offline decisions) and over the company's push webhook.
+//! - [`domain`]: routing (presence lookups grouped into one Push per gateway), presence
+//!   changes told to friends, typing indicators, and offline push through a webhook as
+//!   sync-svc decides (muted conversations, quiet hours, badge); its ports in
+//!   [`domain::ports`].
+//! - [`store`]: the presence port's in-process and Redis adapters.
+//! - [`peers`]: the ports over other services (each gateway's `Push`, friend lists, group
+//!   members, offline decisions) and over the company's push webhook.
+//! - [`events`]: the pushed events between their wire form and the domain.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod offline;
+pub mod domain;
+pub mod events;
 pub mod peers;
-pub mod presence;
-pub mod router;
+pub mod store;
 #[cfg(test)]
 mod testing;
-pub mod typing;
-pub mod watch;
 
 use std::{sync::Arc, time::Duration};
 
@@ -45,10 +43,10 @@ pub struct Config {
     pub presence_ttl_secs: u64,
     /// `one_per_platform` (a new login closes the user's other device on that platform)
     /// or `unlimited`.
-    pub multi_device: router::DevicePolicy,
+    pub multi_device: domain::DevicePolicy,
     /// sync-svc, which decides offline pushes.
     pub sync_addr: String,
-    pub offline_push: offline::Config,
+    pub offline_push: domain::offline::Config,
     /// group-svc, whose member lists say who sees someone typing.
     pub group_addr: String,
     /// relation-svc, whose friend lists say who hears of presence changes.
@@ -65,9 +63,9 @@ impl Default for Config {
             grpc: GrpcConfig::on(([0, 0, 0, 0], 50055).into()),
             redis: RedisConfig::default(),
             presence_ttl_secs: 120,
-            multi_device: router::DevicePolicy::default(),
+            multi_device: domain::DevicePolicy::default(),
             sync_addr: "127.0.0.1:50054".into(),
-            offline_push: offline::Config::default(),
+            offline_push: domain::offline::Config::default(),
             group_addr: "127.0.0.1:50052".into(),
             relation_addr: "127.0.0.1:50051".into(),
             typing_max_members: 100,
@@ -81,55 +79,60 @@ pub struct Service {
     config: Config,
     auth: AuthConfig,
     registry: imesh_kit::metrics::Registry,
-    router: Arc<router::Router>,
-    typing: typing::Typing,
-    watch: watch::Watch,
+    router: Arc<domain::Router>,
+    typing: domain::typing::Typing,
+    watch: domain::watch::Watch,
     redis: Option<fred::prelude::Pool>,
 }
 
 impl Service {
     pub async fn build(config: Config, auth: &AuthConfig) -> anyhow::Result<Self> {
-        let (presence, redis): (Arc<dyn presence::Presence>, _) = match config.redis.url() {
+        let (presence, redis): (Arc<dyn domain::ports::Presence>, _) = match config.redis.url() {
             Some(url) => {
                 let pool = imesh_kit::redis::connect(&config.redis, url).await?;
                 (
-                    Arc::new(presence::RedisPresence::new(pool.clone())),
+                    Arc::new(store::RedisPresence::new(pool.clone())),
                     Some(pool),
                 )
             }
-            None => (Arc::new(presence::MemoryPresence::default()), None),
+            None => (Arc::new(store::MemoryPresence::default()), None),
         };
         let caller = Caller::new(&auth.internal_secret)?;
         let peers = grpc::Peers::new(&config.grpc)?;
         let gateways = peers::gateways::GrpcGateways::new(caller.clone(), peers.clone());
         let ttl = Duration::from_secs(config.presence_ttl_secs);
         let mut router =
-            router::Router::new(presence, Arc::new(gateways), ttl, config.multi_device);
+            domain::Router::new(presence, Arc::new(gateways), ttl, config.multi_device);
         let push = &config.offline_push;
         if let Some(webhook) = peers::webhook::Webhook::new(push)? {
             let targets =
                 peers::targets::SyncTargets::new(caller.clone(), peers.channel(&config.sync_addr)?);
-            let offline = offline::OfflinePush::start(push, Arc::new(targets), Arc::new(webhook));
+            let offline = domain::offline::OfflinePush::start(
+                push,
+                events::decode_message,
+                Arc::new(targets),
+                Arc::new(webhook),
+            );
             router = router.with_offline_push(offline);
         }
         let router = Arc::new(router);
-        let typing = typing::Typing::new(
+        let typing = domain::typing::Typing::new(
             router.clone(),
             Arc::new(peers::groups::GrpcGroups::new(
                 caller.clone(),
                 peers.channel(&config.group_addr)?,
             )),
-            api::encode_typing,
+            events::encode_typing,
             config.typing_max_members,
             Duration::from_millis(config.typing_interval_ms),
         );
-        let watch = watch::Watch::new(
+        let watch = domain::watch::Watch::new(
             router.clone(),
             Arc::new(peers::friends::GrpcFriends::new(
                 caller,
                 peers.channel(&config.relation_addr)?,
             )),
-            api::encode_presence,
+            events::encode_presence,
         );
         let mut registry = imesh_kit::metrics::registry("notify-svc");
         router.register(&mut registry);

@@ -7,8 +7,11 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::{
-    presence::{DeviceRoute, MemoryPresence},
-    router::{ConnectionPush, DevicePolicy, Gateways, Router},
+    domain::{
+        DevicePolicy, Router,
+        ports::{ConnectionPush, DeviceRoute, Gateways},
+    },
+    store::MemoryPresence,
 };
 
 /// Records every pushed entry as `(conn_id, sync_seq, event)`, sorted.

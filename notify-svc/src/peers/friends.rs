@@ -6,7 +6,7 @@ use imesh_protos::relation::{
     FriendStatus, ListFriendsRequest, relation_service_client::RelationServiceClient,
 };
 
-use crate::watch::Friends;
+use crate::domain::ports::Friends;
 
 /// Rows per ListFriends page (its maximum).
 const PAGE: u32 = 500;

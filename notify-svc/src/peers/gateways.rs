@@ -12,7 +12,7 @@ use imesh_protos::{
 };
 use parking_lot::Mutex;
 
-use crate::router::{ConnectionPush, Gateways};
+use crate::domain::ports::{ConnectionPush, Gateways};
 
 pub struct GrpcGateways {
     caller: Caller,

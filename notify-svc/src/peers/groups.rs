@@ -5,7 +5,7 @@ use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::group::{MemberIdsRequest, group_service_client::GroupServiceClient};
 use tonic::Code;
 
-use crate::typing::{GroupMembers, Members};
+use crate::domain::ports::{GroupMembers, Members};
 
 pub struct GrpcGroups {
     caller: Caller,

@@ -4,7 +4,7 @@ use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::sync::{self as pb, sync_service_client::SyncServiceClient};
 
-use crate::offline::{Decision, Preview, Targets};
+use crate::domain::ports::{Decision, Preview, Targets};
 
 pub struct SyncTargets {
     caller: Caller,

@@ -6,7 +6,10 @@
 
 use imesh_kit::hooks::{Hook, Signing};
 
-use crate::offline::{Config, Notification, Provider, SendError};
+use crate::domain::{
+    offline::Config,
+    ports::{Notification, Provider, SendError},
+};
 
 pub struct Webhook(Hook);
 

@@ -1,5 +1,7 @@
 //! Presence announcements over in-process presence and a recording gateway.
 
+use bytes::Bytes;
+
 use super::*;
 use crate::testing::{Recorder, route, router};
 

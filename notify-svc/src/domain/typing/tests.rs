@@ -1,5 +1,7 @@
 //! Typing over in-process presence, a recording gateway and fixed group members.
 
+use bytes::Bytes;
+
 use super::*;
 use crate::testing::{Recorder, route, router};
 

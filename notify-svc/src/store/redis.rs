@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use fred::{prelude::*, types::ExpireOptions};
 use imesh_kit::{error::StoreError, ids::unix_ms};
 
-use super::{DeviceRoute, Presence};
+use crate::domain::ports::{DeviceRoute, Presence};
 
 /// Deletes the field only while it still names the given connection.
 const OFFLINE_IF_SAME_CONN: &str = "local v = redis.call('HGET', KEYS[1], ARGV[1]) \

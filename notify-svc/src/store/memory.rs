@@ -7,7 +7,7 @@ use imesh_kit::error::StoreError;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::{DeviceRoute, Presence};
+use crate::domain::ports::{DeviceRoute, Presence};
 
 /// A user's devices with their expiry, one entry per device id. A list, not a map: users
 /// have a device or two, and an idle connection should cost as little as it can.

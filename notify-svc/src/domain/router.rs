@@ -10,9 +10,9 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, histogram::Histogram},
 };
 
-use crate::{
+use super::{
     offline::OfflinePush,
-    presence::{DeviceRoute, Presence},
+    ports::{ConnectionPush, DeviceRoute, Entry, Gateways, Presence},
 };
 
 /// Most users one presence query names.
@@ -31,32 +31,6 @@ fn checked_users(users: &[i64]) -> Result<(), Error> {
         field: "user_ids",
         reason,
     })
-}
-
-/// An inbox entry with its event still encoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub sync_seq: i64,
-    pub event: Bytes,
-}
-
-/// Entries for one connection on a gateway.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectionPush {
-    pub conn_id: u64,
-    pub entries: Vec<Entry>,
-}
-
-/// Where pushes go: the gateways' internal `Push`.
-#[async_trait::async_trait]
-pub trait Gateways: Send + Sync + 'static {
-    /// Pushes to connections on the gateway at `addr`; returns the connections it no longer holds.
-    async fn push(&self, addr: &str, pushes: Vec<ConnectionPush>) -> anyhow::Result<Vec<u64>>;
-    /// Pushes group events `(group, encoded event)` to the gateway at `addr`, which hands
-    /// each to its connections of the group's members.
-    async fn push_groups(&self, addr: &str, events: Vec<(i64, Bytes)>) -> anyhow::Result<()>;
-    /// Closes connections on the gateway at `addr`, telling each client `reason`.
-    async fn kick(&self, addr: &str, conn_ids: Vec<u64>, reason: String) -> anyhow::Result<()>;
 }
 
 #[derive(Debug, thiserror::Error)]

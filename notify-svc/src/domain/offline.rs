@@ -10,16 +10,14 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt as _;
-use imesh_protos::{
-    message::{Message, content},
-    sync::{SyncEvent, sync_event},
-};
 use prometheus_client::metrics::{counter::Counter, family::Family};
-use prost::Message as _;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::router::Entry;
+use super::ports::{
+    Decision, DecodeMessage, Entry, Notification, OfflineMessage, Preview, Provider, SendError,
+    Targets,
+};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
@@ -55,63 +53,6 @@ impl Default for Config {
     }
 }
 
-/// How much a notification shows (the user's preview policy).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Preview {
-    Full,
-    Sender,
-    Hidden,
-}
-
-/// sync-svc's word on one offline target.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    pub push: bool,
-    pub badge: i64,
-    pub preview: Preview,
-}
-
-/// Asks whether `(user, conversation)` targets are pushed (sync-svc `OfflineTargets`).
-#[async_trait::async_trait]
-pub trait Targets: Send + Sync + 'static {
-    /// One decision per target, in order.
-    async fn decide(&self, targets: Vec<(i64, String)>) -> anyhow::Result<Vec<Decision>>;
-}
-
-/// What the provider is handed: one message for one user.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Notification {
-    pub user_id: i64,
-    pub conversation_id: String,
-    pub msg_id: i64,
-    pub seq: i64,
-    /// 0 when the preview policy hides the sender.
-    pub sender_id: i64,
-    pub title: String,
-    /// The text (or a placeholder for media) under the full preview; empty otherwise.
-    pub body: String,
-    pub preview: Preview,
-    /// Unread messages outside muted conversations.
-    pub badge: i64,
-    pub sent_at_ms: i64,
-}
-
-/// A push provider. MUST be safe to call again with the same notification (retries).
-#[async_trait::async_trait]
-pub trait Provider: Send + Sync + 'static {
-    /// `Err(Permanent)` is not retried (e.g. the receiver refused the payload).
-    async fn send(&self, notification: &Notification) -> Result<(), SendError>;
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    #[error("refused: {0}")]
-    Permanent(String),
-    #[error("failed: {0}")]
-    Transient(String),
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 struct Outcome {
     outcome: &'static str,
@@ -124,10 +65,17 @@ pub struct OfflinePush {
 }
 
 impl OfflinePush {
-    pub fn start(config: &Config, targets: Arc<dyn Targets>, provider: Arc<dyn Provider>) -> Self {
+    /// Starts the worker, which reads each entry's message with `decode`.
+    pub fn start(
+        config: &Config,
+        decode: DecodeMessage,
+        targets: Arc<dyn Targets>,
+        provider: Arc<dyn Provider>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let outcomes = Family::<Outcome, Counter>::default();
         let worker = Worker {
+            decode,
             targets,
             provider,
             attempts: config.attempts.max(1),
@@ -164,6 +112,7 @@ fn count(outcomes: &Family<Outcome, Counter>, outcome: &'static str) {
 }
 
 struct Worker {
+    decode: DecodeMessage,
     targets: Arc<dyn Targets>,
     provider: Arc<dyn Provider>,
     attempts: u32,
@@ -174,7 +123,7 @@ struct Worker {
 impl Worker {
     async fn run(self, mut rx: mpsc::Receiver<Vec<(i64, Vec<Entry>)>>) {
         while let Some(batch) = rx.recv().await {
-            let messages = messages_for(batch);
+            let messages = messages_for(self.decode, batch);
             for chunk in messages.chunks(MAX_TARGETS) {
                 self.push(chunk).await;
             }
@@ -183,7 +132,7 @@ impl Worker {
 
     /// Decides and sends one chunk; the chunk's notifications go out concurrently, chunks
     /// one after another.
-    async fn push(&self, messages: &[(i64, Message)]) {
+    async fn push(&self, messages: &[(i64, OfflineMessage)]) {
         let targets: Vec<(i64, String)> = messages
             .iter()
             .map(|(user, m)| (*user, m.conversation_id.clone()))
@@ -264,21 +213,17 @@ where
 
 /// The messages among the entries that warrant a notification: from someone else, not a
 /// system notice.
-fn messages_for(batch: Vec<(i64, Vec<Entry>)>) -> Vec<(i64, Message)> {
+fn messages_for(
+    decode: DecodeMessage,
+    batch: Vec<(i64, Vec<Entry>)>,
+) -> Vec<(i64, OfflineMessage)> {
     let mut out = Vec::new();
     for (user, entries) in batch {
         for entry in entries {
-            let Ok(SyncEvent {
-                kind: Some(sync_event::Kind::Message(message)),
-            }) = SyncEvent::decode(entry.event)
-            else {
+            let Some(message) = decode(&entry.event) else {
                 continue;
             };
-            let notice = matches!(
-                message.content.as_ref().and_then(|c| c.kind.as_ref()),
-                Some(content::Kind::Notice(_)) | None
-            );
-            if message.sender_id != user && message.sender_id > 0 && !notice {
+            if message.sender_id != user && message.sender_id > 0 && !message.notice {
                 out.push((user, message));
             }
         }
@@ -289,18 +234,10 @@ fn messages_for(batch: Vec<(i64, Vec<Entry>)>) -> Vec<(i64, Message)> {
 /// Longest text body, in characters.
 const BODY_CHARS: usize = 120;
 
-fn notification(user: i64, message: &Message, decision: &Decision) -> Notification {
-    let full = decision.preview == Preview::Full;
-    let body = match message.content.as_ref().and_then(|c| c.kind.as_ref()) {
-        _ if !full => String::new(),
-        Some(content::Kind::Text(t)) => t.text.chars().take(BODY_CHARS).collect(),
-        Some(content::Kind::Image(_)) => "[image]".into(),
-        Some(content::Kind::File(f)) => format!("[file] {}", f.name),
-        Some(content::Kind::Audio(_)) => "[voice]".into(),
-        Some(content::Kind::Video(_)) => "[video]".into(),
-        Some(content::Kind::Custom(_)) | Some(content::Kind::Notice(_)) | None => {
-            "[message]".into()
-        }
+fn notification(user: i64, message: &OfflineMessage, decision: &Decision) -> Notification {
+    let body = match decision.preview {
+        Preview::Full => message.body.chars().take(BODY_CHARS).collect(),
+        Preview::Sender | Preview::Hidden => String::new(),
     };
     let hidden = decision.preview == Preview::Hidden;
     Notification {
@@ -313,7 +250,7 @@ fn notification(user: i64, message: &Message, decision: &Decision) -> Notificati
         body,
         preview: decision.preview,
         badge: decision.badge,
-        sent_at_ms: message.server_time_ms,
+        sent_at_ms: message.sent_at_ms,
     }
 }
 

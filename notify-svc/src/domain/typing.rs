@@ -4,31 +4,15 @@
 
 use std::{num::NonZeroU32, sync::Arc, time::Duration};
 
-use bytes::Bytes;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use crate::router::{Error, Router};
+use super::{
+    Error, Router,
+    ports::{EncodeTyping, GroupMembers, Members},
+};
 
 /// Past this many keys the limiter forgets those whose interval has passed.
 const LIMITER_KEYS: usize = 100_000;
-
-/// A group's current members, as group-svc knows them.
-pub enum Members {
-    List(Vec<i64>),
-    /// A super group: no full member list is handed out.
-    Unlisted,
-    /// No such group.
-    Unknown,
-}
-
-/// group-svc's member lists.
-#[async_trait::async_trait]
-pub trait GroupMembers: Send + Sync + 'static {
-    async fn members(&self, group: i64) -> anyhow::Result<Members>;
-}
-
-/// Encodes the Typing event of `user` in `conversation_id` (a SyncEvent).
-pub type EncodeTyping = fn(conversation_id: &str, user: i64) -> Bytes;
 
 /// What became of a typing notice.
 #[derive(Debug, PartialEq, Eq)]

@@ -6,22 +6,13 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
-use crate::router::Router;
+use super::{
+    Router,
+    ports::{EncodePresence, Friends},
+};
 
 /// Most friends told of one change.
 pub const MAX_WATCHERS: usize = 5_000;
-
-/// A user's friends (relation-svc).
-#[async_trait::async_trait]
-pub trait Friends: Send + Sync + 'static {
-    /// Up to `limit` of the users `user` is friends with and has not blocked.
-    async fn friends(&self, user: i64, limit: usize) -> anyhow::Result<Vec<i64>>;
-}
-
-/// Encodes the PresenceChanged event of `user` with the platforms online (a SyncEvent).
-pub type EncodePresence = fn(user: i64, platforms: &[String]) -> Bytes;
 
 #[derive(Clone)]
 pub struct Watch {

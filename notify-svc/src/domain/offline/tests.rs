@@ -1,9 +1,14 @@
 use std::sync::Arc;
 
-use imesh_protos::message::{Content, Notice, Text};
+use imesh_protos::{
+    message::{Content, Message, Notice, Text, content},
+    sync::{SyncEvent, sync_event},
+};
 use parking_lot::Mutex;
+use prost::Message as _;
 
 use super::*;
+use crate::events::decode_message;
 
 fn entry(message: Message) -> Entry {
     let event = SyncEvent {
@@ -13,6 +18,11 @@ fn entry(message: Message) -> Entry {
         sync_seq: 1,
         event: event.encode_to_vec().into(),
     }
+}
+
+/// What the worker reads from `message`'s entry.
+fn offline(message: Message) -> OfflineMessage {
+    decode_message(&entry(message).event).expect("a message event")
 }
 
 fn text(conversation: &str, sender: i64, seq: i64, text: &str) -> Message {
@@ -87,6 +97,7 @@ impl Provider for FakeProvider {
 
 fn worker(preview: Preview, provider: Arc<FakeProvider>) -> Worker {
     Worker {
+        decode: decode_message,
         targets: Arc::new(FakeTargets(preview)),
         provider,
         attempts: 3,
@@ -117,7 +128,7 @@ async fn messages_from_others_are_notified_unless_muted_and_never_own_or_notices
         (11, vec![entry(text("g:5", 8, 4, &"x".repeat(500)))]),
     ];
     let w = worker(Preview::Full, provider.clone());
-    for chunk in messages_for(batch).chunks(MAX_TARGETS) {
+    for chunk in messages_for(decode_message, batch).chunks(MAX_TARGETS) {
         w.push(chunk).await;
     }
     let mut sent = provider.sent.lock().clone();
@@ -148,7 +159,7 @@ async fn messages_from_others_are_notified_unless_muted_and_never_own_or_notices
 #[tokio::test]
 async fn the_preview_policy_hides_the_text_or_the_sender_too() {
     let provider = FakeProvider::failing(0, false);
-    let message = vec![(1, text("d:1:2", 2, 1, "secret"))];
+    let message = vec![(1, offline(text("d:1:2", 2, 1, "secret")))];
     worker(Preview::Sender, provider.clone())
         .push(&message)
         .await;
@@ -167,7 +178,7 @@ async fn the_preview_policy_hides_the_text_or_the_sender_too() {
 #[tokio::test]
 async fn a_transient_failure_is_retried_and_a_refusal_is_not() {
     let flaky = FakeProvider::failing(2, false);
-    let message = vec![(1, text("d:1:2", 2, 1, "hi"))];
+    let message = vec![(1, offline(text("d:1:2", 2, 1, "hi")))];
     worker(Preview::Full, flaky.clone()).push(&message).await;
     assert_eq!((*flaky.calls.lock(), flaky.sent.lock().len()), (3, 1));
 

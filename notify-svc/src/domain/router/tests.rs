@@ -3,7 +3,7 @@
 use parking_lot::Mutex;
 
 use super::*;
-use crate::presence::MemoryPresence;
+use crate::store::MemoryPresence;
 
 #[derive(Default)]
 struct Fleet {

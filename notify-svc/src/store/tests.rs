@@ -1,10 +1,11 @@
 //! The Presence contract, run against the in-process adapter and a real Redis.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use imesh_kit::testing;
 
 use super::*;
+use crate::domain::ports::{DeviceRoute, Presence};
 
 async fn adapters() -> Vec<(&'static str, Arc<dyn Presence>)> {
     let mut out: Vec<(&'static str, Arc<dyn Presence>)> =
@@ -88,18 +89,10 @@ async fn routes_expire_after_their_ttl() {
             .await
             .unwrap();
         presence.online(&route(a, "laptop", 2), TTL).await.unwrap();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            let found = presence.lookup(&[a]).await.unwrap();
-            if found == vec![route(a, "laptop", 2)] {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{name}: phone never expired: {found:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        testing::until_async(&format!("{name}: the phone's route expires"), || async {
+            presence.lookup(&[a]).await.unwrap() == vec![route(a, "laptop", 2)]
+        })
+        .await;
     }
 }
 
