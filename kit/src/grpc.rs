@@ -580,11 +580,7 @@ mod tests {
             .unwrap()
             .connect_lazy();
         let through_process = Channel::new(nowhere.clone(), Some(addr));
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while !local::serves(addr) {
-            assert!(tokio::time::Instant::now() < deadline, "never registered");
-            tokio::task::yield_now().await;
-        }
+        crate::testing::until("the server registers in-process", || local::serves(addr)).await;
         check(through_process.clone()).await.unwrap();
         stop.cancel();
         server.await.unwrap().unwrap();

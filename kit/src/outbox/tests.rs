@@ -77,22 +77,15 @@ async fn rows_committed_with_a_transaction_are_relayed_in_order_despite_failures
         let stop = Arc::new(Notify::new());
         let stopper = stop.clone();
         let task = tokio::spawn(relay.run(async move { stopper.notified().await }));
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         // A failing sink marks the relay behind (until it drains).
-        while backlog.oldest_ms.load(Ordering::Relaxed) == 0 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "never behind on {backend:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        while !outbox.pending(1).await.unwrap().is_empty() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "relay did not drain on {backend:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        testing::until(&format!("behind on {backend:?}"), || {
+            backlog.oldest_ms.load(Ordering::Relaxed) != 0
+        })
+        .await;
+        testing::until_async(&format!("the relay drains on {backend:?}"), || async {
+            outbox.pending(1).await.unwrap().is_empty()
+        })
+        .await;
         stop.notify_one();
         task.await.unwrap();
         assert_eq!(backlog.behind(), Duration::ZERO, "caught up on {backend:?}");
@@ -189,11 +182,10 @@ async fn rows_handed_over_are_relayed_from_memory_in_order_then_deleted() {
         commit(outbox, &rows(2..=8, b"table")).await;
         relay.handoff.committed(rows(2..=8, b"memory"));
         wait_for(sink, 8, "handed rows relayed").await;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !outbox.pending(1).await.unwrap().is_empty() {
-            assert!(tokio::time::Instant::now() < deadline, "rows not deleted");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        testing::until_async("relayed rows are deleted", || async {
+            outbox.pending(1).await.unwrap().is_empty()
+        })
+        .await;
         let got = sink.got.lock().clone();
         relay.stop().await;
         let mut expected = rows(1..=1, b"table");

@@ -2,8 +2,6 @@
 //! stay exact through kicks, invites and imports, and agree with the database — with the
 //! roster in process and in every real Redis.
 
-use std::time::Duration;
-
 use tonic::Code;
 
 use super::*;
@@ -48,14 +46,10 @@ fn reads(api: &GroupApi) -> (u64, u64) {
 }
 
 async fn filled(rosters: &dyn Rosters, g: i64, name: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while rosters.page(g, 0, 1).await.unwrap().is_none() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name}: never filled"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    testing::until_async(&format!("{name}: the roster fills"), || async {
+        rosters.page(g, 0, 1).await.unwrap().is_some()
+    })
+    .await;
 }
 
 #[tokio::test]
