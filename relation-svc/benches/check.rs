@@ -12,12 +12,11 @@ use std::{sync::Arc, time::Duration};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use imesh_kit::{ids::Snowflake, testing};
 use relation_svc::{
-    cache::{EdgeCache, LocalCache, memory::MemoryEdgeCache, redis::RedisEdgeCache},
     domain::{
-        Checker, FriendStore, NewUser, User, UserStore,
+        Checker, EdgeCache, FriendStore, LocalCache, NewUser, User, UserStore,
         plan::{self, Clock},
     },
-    store::sql,
+    store::{memory::MemoryEdgeCache, redis::RedisEdgeCache, sql},
 };
 
 const USERS: i64 = 101;

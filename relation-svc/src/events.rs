@@ -1,7 +1,11 @@
-//! What relation-svc tells users' devices: each relation event becomes an outbox payload, an
-//! encoded `imesh.sync.v1.Fanout` the kit's `SyncSink` relays to sync-svc.
+//! The outbox payloads relation-svc writes: each relation event becomes an encoded
+//! `imesh.sync.v1.Fanout` the kit's `SyncSink` relays to sync-svc, and each nickname change
+//! an encoded `imesh.group.v1.MemberName` for group-svc ([`crate::peers::groups`]).
 
-use imesh_protos::sync::{Fanout, SyncEvent, sync_event::Kind};
+use imesh_protos::{
+    group::MemberName,
+    sync::{Fanout, SyncEvent, sync_event::Kind},
+};
 use prost::Message as _;
 
 use crate::{api::convert, domain::RelationEvent};
@@ -34,6 +38,20 @@ pub fn encode(event: &RelationEvent) -> Vec<u8> {
         recipient_ids,
         event: Some(SyncEvent { kind: Some(kind) }),
         ..Fanout::default()
+    }
+    .encode_to_vec()
+}
+
+/// The outbox table of nickname changes.
+pub const RENAME_OUTBOX_TABLE: &str = "relation_rename_outbox";
+
+/// The outbox payload of `user`'s new nickname; `version` is the row's id, so later changes
+/// win.
+pub fn encode_rename(user: i64, nickname: &str, version: i64) -> Vec<u8> {
+    MemberName {
+        user_id: user,
+        nickname: nickname.to_owned(),
+        version,
     }
     .encode_to_vec()
 }

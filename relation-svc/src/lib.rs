@@ -5,21 +5,22 @@
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
 //! - [`domain`]: accounts (argon2, tokens, the admin path), friendships and requests (pure
 //!   decisions in [`domain::plan`]), and the cached relation check.
-//! - [`store`]: the sea-orm adapter of [`domain::UserStore`] and [`domain::FriendStore`]
-//!   (the domain's storage ports are in [`domain::ports`]).
-//! - [`cache`]: the local and shared (Redis or in-process) relation caches.
-//! - [`events`]: relation changes as sync events, relayed to sync-svc through the outbox.
+//!   Every port it needs is in [`domain::ports`].
+//! - [`store`]: the adapters: sea-orm for accounts and relations, Redis and in-process for
+//!   the shared relation cache and the login throttle's counters.
+//! - [`peers`]: notify-svc (closing a disabled user's sessions) and group-svc (nickname
+//!   changes, through an outbox relay of their own).
+//! - [`events`]: the outbox payloads: relation changes as sync events, nickname changes.
+//! - [`keys`]: every Redis key.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod attempts;
-pub mod cache;
 pub mod domain;
 pub mod events;
+pub mod keys;
 pub mod peers;
-pub mod renames;
 pub mod store;
 
 use std::{sync::Arc, time::Duration};
@@ -40,13 +41,12 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
 use crate::{
-    attempts::{memory::MemoryAttempts, redis::RedisAttempts},
-    cache::{EdgeCache, LocalCache, memory::MemoryEdgeCache, redis::RedisEdgeCache},
-    domain::{
-        Accounts, Checker, Friends,
-        throttle::{Attempts, Throttle},
+    domain::{Accounts, Attempts, Checker, EdgeCache, Friends, LocalCache, throttle::Throttle},
+    store::{
+        memory::{MemoryAttempts, MemoryEdgeCache},
+        redis::{RedisAttempts, RedisEdgeCache},
+        sql::{SqlFriendStore, SqlUserStore},
     },
-    store::sql::{SqlFriendStore, SqlUserStore},
 };
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -118,8 +118,8 @@ pub fn wire(
         config.outbox_batch,
     );
     let renames = Relay::new(
-        SqlOutbox::new(db.clone(), renames::OUTBOX_TABLE).owned_by(partition),
-        Arc::new(renames::GroupRenameSink::new(
+        SqlOutbox::new(db.clone(), events::RENAME_OUTBOX_TABLE).owned_by(partition),
+        Arc::new(peers::groups::GroupRenameSink::new(
             peers.channel(&config.group_addr)?,
             caller,
         )),
@@ -143,7 +143,7 @@ pub fn wire(
         friend_store.clone(),
     ));
     let tokens = Tokens::new(auth, Duration::from_secs(config.token_ttl_secs))?;
-    let sessions = Arc::new(peers::NotifySessions::new(
+    let sessions = Arc::new(peers::notify::NotifySessions::new(
         peers.channel(&config.notify_addr)?,
         Caller::new(&auth.internal_secret)?,
     ));

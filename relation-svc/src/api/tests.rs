@@ -12,9 +12,12 @@ use tonic::Code;
 use super::*;
 use crate::{
     Config,
-    attempts::{memory::MemoryAttempts, redis::RedisAttempts},
-    cache::{EdgeCache, memory::MemoryEdgeCache, redis::RedisEdgeCache},
-    domain::throttle::Attempts,
+    domain::Attempts,
+    domain::EdgeCache,
+    store::{
+        memory::{MemoryAttempts, MemoryEdgeCache},
+        redis::{RedisAttempts, RedisEdgeCache},
+    },
 };
 
 async fn apis() -> Vec<(&'static str, RelationApi)> {

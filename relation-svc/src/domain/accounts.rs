@@ -12,7 +12,7 @@ use super::{
     Checker, Error, User, invalid, parse_extra_json,
     throttle::{Attempt, Throttle},
 };
-use crate::domain::{NewUser, ProfileUpdate, UserStore};
+use crate::domain::{NewUser, ProfileUpdate, Sessions, UserStore};
 
 /// A checked username: 3–32 of `[a-z0-9_.-]`.
 pub fn parse_username(raw: &str) -> Result<String, Error> {
@@ -50,13 +50,6 @@ pub struct Login {
 
 /// Most ids one GetUsers call may ask for.
 pub const MAX_USERS_PER_CALL: usize = 500;
-
-/// Users' live client sessions (notify-svc), closed when an account is disabled.
-#[async_trait::async_trait]
-pub trait Sessions: Send + Sync + 'static {
-    /// Closes every session of `user` with `reason`; returns how many there were.
-    async fn disconnect(&self, user: i64, reason: &str) -> anyhow::Result<u32>;
-}
 
 pub struct Accounts {
     store: Arc<dyn UserStore>,

@@ -12,13 +12,13 @@ pub mod throttle;
 
 pub use local_cache::LocalCache;
 pub use ports::{
-    Direction, EdgeCache, EncodeEvent, FriendStore, NewUser, Plan, ProfileUpdate, StoredUser,
-    UserStore,
+    Attempts, Direction, EdgeCache, EncodeEvent, FriendStore, Hit, NewUser, Plan, ProfileUpdate,
+    Sessions, StoredUser, UserStore,
 };
 
 use imesh_kit::error::StoreError;
 
-pub use accounts::{Accounts, Sessions};
+pub use accounts::Accounts;
 pub use check::Checker;
 pub use friends::Friends;
 

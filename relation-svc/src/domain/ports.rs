@@ -1,7 +1,11 @@
-//! Every storage port the domain needs, with the types that cross them: [`UserStore`]
-//! (accounts) and [`FriendStore`] (relation rows and friend requests), adapter
-//! `crate::store::sql` with one conformance suite over every backend. Adapters depend on
-//! the domain, never the other way.
+//! Every port the domain needs, with the types that cross them: [`UserStore`] (accounts)
+//! and [`FriendStore`] (relation rows and friend requests), adapter `crate::store::sql`;
+//! the shared relation cache [`EdgeCache`] and the login throttle's counters
+//! [`Attempts`], adapters in `crate::store::{memory, redis}`; users' live sessions
+//! [`Sessions`], adapter `crate::peers`. One conformance suite runs per port over every
+//! adapter. Adapters depend on the domain, never the other way.
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 use imesh_kit::error::StoreError;
@@ -99,4 +103,32 @@ pub trait EdgeCache: Send + Sync + 'static {
     async fn put(&self, owners: &[(i64, Known)]) -> Result<(), StoreError>;
     /// MUST drop the owners' entries; called after every write to their rows or account.
     async fn invalidate(&self, owners: &[i64]) -> Result<(), StoreError>;
+}
+
+/// Windowed counters and holds, keyed by strings.
+#[async_trait]
+pub trait Attempts: Send + Sync + 'static {
+    /// Counts one more hit of `key`; the count is forgotten `window` after its first hit.
+    async fn hit(&self, key: &str, window: Duration) -> Result<Hit, StoreError>;
+    /// Holds `key` for `wait`.
+    async fn hold(&self, key: &str, wait: Duration) -> Result<(), StoreError>;
+    /// How much longer the longest-held of `keys` is held, if any is.
+    async fn held(&self, keys: &[String]) -> Result<Option<Duration>, StoreError>;
+    /// Forgets the hits of `key`.
+    async fn forget(&self, key: &str) -> Result<(), StoreError>;
+}
+
+/// A counter after a hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hit {
+    pub count: u64,
+    /// Until the count is forgotten.
+    pub resets_in: Duration,
+}
+
+/// Users' live client sessions (notify-svc), closed when an account is disabled.
+#[async_trait]
+pub trait Sessions: Send + Sync + 'static {
+    /// Closes every session of `user` with `reason`; returns how many there were.
+    async fn disconnect(&self, user: i64, reason: &str) -> anyhow::Result<u32>;
 }

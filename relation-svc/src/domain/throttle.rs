@@ -6,32 +6,9 @@
 
 use std::{net::IpAddr, sync::Arc, time::Duration};
 
-use async_trait::async_trait;
-use imesh_kit::error::StoreError;
 use serde::{Deserialize, Serialize};
 
-use super::Error;
-
-/// Windowed counters and holds, keyed by strings.
-#[async_trait]
-pub trait Attempts: Send + Sync + 'static {
-    /// Counts one more hit of `key`; the count is forgotten `window` after its first hit.
-    async fn hit(&self, key: &str, window: Duration) -> Result<Hit, StoreError>;
-    /// Holds `key` for `wait`.
-    async fn hold(&self, key: &str, wait: Duration) -> Result<(), StoreError>;
-    /// How much longer the longest-held of `keys` is held, if any is.
-    async fn held(&self, keys: &[String]) -> Result<Option<Duration>, StoreError>;
-    /// Forgets the hits of `key`.
-    async fn forget(&self, key: &str) -> Result<(), StoreError>;
-}
-
-/// A counter after a hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hit {
-    pub count: u64,
-    /// Until the count is forgotten.
-    pub resets_in: Duration,
-}
+use super::{Error, ports::Attempts};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]

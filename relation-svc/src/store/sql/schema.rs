@@ -16,7 +16,7 @@ impl MigratorTrait for Migrator {
                 name: "m20261201_000002_relation_outbox",
             }),
             Box::new(imesh_kit::outbox::Migration {
-                table: crate::renames::OUTBOX_TABLE,
+                table: crate::events::RENAME_OUTBOX_TABLE,
                 name: "m20261202_000003_relation_rename_outbox",
             }),
             Box::new(imesh_kit::ids::lease::Migration),

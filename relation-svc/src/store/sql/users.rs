@@ -151,9 +151,9 @@ impl UserStore for SqlUserStore {
                 let version = self.ids.next_id()?;
                 let row = OutboxRow {
                     id: version,
-                    payload: crate::renames::encode(id, nickname, version),
+                    payload: crate::events::encode_rename(id, nickname, version),
                 };
-                outbox::insert(&tx, crate::renames::OUTBOX_TABLE, &[row]).await?;
+                outbox::insert(&tx, crate::events::RENAME_OUTBOX_TABLE, &[row]).await?;
             }
             tx.commit().await?;
             if renamed.is_some() {

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use fred::prelude::*;
 use imesh_kit::error::StoreError;
 
-use super::{EdgeCache, keys};
 use crate::domain::check::{Account, Cached, Edge, Known};
+use crate::{domain::EdgeCache, keys};
 
 const REPLACE_HASH: &str = "redis.call('DEL', KEYS[1]) \
     for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end \

@@ -7,6 +7,9 @@ use imesh_kit::{error::StoreError, ids::Snowflake, outbox::SqlOutbox, testing};
 use prost::Message as _;
 use tokio::sync::Notify;
 
+mod attempts;
+mod edges;
+
 use super::*;
 use crate::domain::{
     Direction, Error, FriendStatus, FriendStore, NewUser, ProfileUpdate, RequestState, User,
@@ -128,7 +131,7 @@ async fn users_insert_find_update_and_a_taken_username_changes_nothing() {
             "{b:?}"
         );
         assert!(s.users.update_profile(99, &update).await.unwrap().is_none());
-        let renames = SqlOutbox::new(s.db.clone(), crate::renames::OUTBOX_TABLE);
+        let renames = SqlOutbox::new(s.db.clone(), crate::events::RENAME_OUTBOX_TABLE);
         assert!(
             renames.pending(10).await.unwrap().is_empty(),
             "{b:?}: no rename yet"

@@ -4,8 +4,11 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use imesh_kit::testing;
 
-use super::*;
 use crate::domain::check::{Account, Cached, Edge, Known};
+use crate::{
+    domain::{EdgeCache, LocalCache},
+    store::{memory, redis},
+};
 
 async fn caches() -> Vec<(&'static str, Arc<dyn EdgeCache>)> {
     let mut out: Vec<(&'static str, Arc<dyn EdgeCache>)> = vec![(

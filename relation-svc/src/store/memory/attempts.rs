@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use imesh_kit::error::StoreError;
 use parking_lot::Mutex;
 
-use crate::domain::throttle::{Attempts, Hit};
+use crate::domain::ports::{Attempts, Hit};
 
 /// Entries written between two sweeps of expired ones.
 const SWEEP_EVERY: usize = 1_024;

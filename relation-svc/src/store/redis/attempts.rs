@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use fred::prelude::*;
 use imesh_kit::error::StoreError;
 
-use crate::domain::throttle::{Attempts, Hit};
+use crate::domain::ports::{Attempts, Hit};
 
 /// INCR, an expiry on the first hit, and the time left: `{count, pttl}`.
 const HIT: &str = "local n = redis.call('INCR', KEYS[1]) \

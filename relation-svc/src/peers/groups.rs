@@ -1,7 +1,7 @@
-//! Nickname changes for group-svc, which keeps a copy on each membership for member search:
-//! each change is an outbox row (an encoded `imesh.group.v1.MemberName` whose version is
-//! the row's id, so later changes win) written with the profile update, and a relay of its
-//! own hands them to group-svc's `RenameMembers`.
+//! The group-svc sink of nickname changes: group-svc keeps a copy of each member's
+//! nickname for member search. Each change is an outbox row written with the profile
+//! update ([`crate::events::encode_rename`]); a relay of its own hands them here, and
+//! this sink to group-svc's `RenameMembers`.
 
 use imesh_kit::grpc::Channel;
 use imesh_kit::{
@@ -12,19 +12,6 @@ use imesh_protos::group::{
     MemberName, RenameMembersRequest, group_service_client::GroupServiceClient,
 };
 use prost::Message as _;
-
-/// The outbox table of nickname changes.
-pub const OUTBOX_TABLE: &str = "relation_rename_outbox";
-
-/// The outbox payload of `user`'s new nickname; `version` is the row's id.
-pub fn encode(user: i64, nickname: &str, version: i64) -> Vec<u8> {
-    MemberName {
-        user_id: user,
-        nickname: nickname.to_owned(),
-        version,
-    }
-    .encode_to_vec()
-}
 
 pub struct GroupRenameSink {
     client: GroupServiceClient<Channel>,

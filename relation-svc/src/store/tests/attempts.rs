@@ -4,8 +4,8 @@ use std::{sync::Arc, time::Duration};
 
 use imesh_kit::testing;
 
-use super::{memory::MemoryAttempts, redis::RedisAttempts};
-use crate::domain::throttle::Attempts;
+use crate::domain::Attempts;
+use crate::store::{memory::MemoryAttempts, redis::RedisAttempts};
 
 async fn adapters() -> Vec<(&'static str, Arc<dyn Attempts>)> {
     let mut out: Vec<(&'static str, Arc<dyn Attempts>)> =

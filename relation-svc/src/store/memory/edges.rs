@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use imesh_kit::error::StoreError;
 use parking_lot::Mutex;
 
-use super::EdgeCache;
+use crate::domain::EdgeCache;
 use crate::domain::check::{Cached, Known};
 
 pub struct MemoryEdgeCache {

@@ -1,0 +1,4 @@
+//! Clients of other services, as the domain's ports and the outbox's sinks.
+
+pub mod groups;
+pub mod notify;
