@@ -14,9 +14,11 @@ use std::{
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use group_svc::{
-    cache::roster::{Entry, Rosters, memory::MemoryRosters, redis::RedisRosters},
-    domain::{Gate, Group, GroupStore, GroupType, JoinMode, Member, MemberStatus, Role},
-    store::sql,
+    domain::{
+        Gate, Group, GroupStore, GroupType, JoinMode, Member, MemberStatus, Role,
+        ports::{Entry, Rosters},
+    },
+    store::{memory::MemoryRosters, redis::RedisRosters, sql},
 };
 use imesh_kit::{ids::Snowflake, testing};
 
@@ -81,7 +83,7 @@ fn benches(c: &mut Criterion) {
         "bulk import of a 100,000-member super group: {:?}",
         started.elapsed()
     );
-    let shared = Arc::new(group_svc::cache::memory::MemoryGroupCache::new(
+    let shared = Arc::new(group_svc::store::memory::MemoryGroupCache::new(
         Duration::from_secs(600),
     ));
     let gate = Gate::new(store.clone(), shared, Duration::from_secs(600), 100_000);

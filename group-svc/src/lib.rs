@@ -5,22 +5,23 @@
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
 //! - [`domain`]: the model, the rules (pure decisions under a lock on the group), the
 //!   operations, the cached send gate, and large groups' rosters.
-//! - [`store`]: the sea-orm adapter of [`domain::GroupStore`] (the domain's ports are in
-//!   [`domain::ports`]), with migrations.
-//! - [`cache`]: the shared group cache (Redis with pub/sub invalidation, or in-process), and
-//!   the rosters of large groups (bucketed sorted sets).
+//!   Every port it needs is in [`domain::ports`].
+//! - [`store`]: the adapters: sea-orm for groups and members, with migrations; Redis (with
+//!   pub/sub invalidation) or in-process for the shared group cache and large groups'
+//!   rosters (bucketed sorted sets).
 //! - [`events`]: group changes as sync events, relayed to sync-svc through the outbox.
-//! - [`notices`]: the timeline notices group changes leave in the conversation (message-svc).
-//! - [`peers`]: message-svc, for the conversation seq a joiner's history starts after.
+//! - [`peers`]: message-svc, for the conversation seq a joiner's history starts after and
+//!   the timeline notices group changes leave in the conversation; relation-svc, for
+//!   joiners' nicknames.
+//! - [`keys`]: every Redis key.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod cache;
 pub mod domain;
 pub mod events;
-pub mod notices;
+pub mod keys;
 pub mod peers;
 pub mod store;
 
@@ -42,17 +43,16 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
 use crate::{
-    cache::{
-        GroupCache,
-        memory::MemoryGroupCache,
-        redis::RedisGroupCache,
-        roster::{Rosters, memory::MemoryRosters, redis::RedisRosters},
-    },
     domain::{
-        Gate, Groups,
+        Gate, GroupCache, Groups,
         groups::{Nicknames, SeqSource},
+        ports::Rosters,
         recount,
         roster::Roster,
+    },
+    store::{
+        memory::{MemoryGroupCache, MemoryRosters},
+        redis::{RedisGroupCache, RedisRosters},
     },
 };
 
@@ -113,7 +113,7 @@ pub fn wire(
     let forgets = Arc::new(std::sync::OnceLock::new());
     let relay = Relay::new(
         SqlOutbox::new(db.clone(), store::OUTBOX_TABLE).owned_by(partition),
-        Arc::new(notices::TimelineSink::new(
+        Arc::new(peers::notices::TimelineSink::new(
             SyncSink::new(peers.channel(&config.sync_addr)?, caller.clone()),
             peers.keyed(&config.message_addr)?,
             caller,
@@ -234,7 +234,7 @@ impl Service {
             Some(url) => {
                 let gate = api.gate();
                 let forget = Arc::new(move |group_id| gate.forget_local(group_id));
-                Some(cache::redis::listen(&url, forget).await?)
+                Some(store::redis::listen(&url, forget).await?)
             }
             None => None,
         };

@@ -1,6 +1,6 @@
 //! Every storage port the domain needs, with the types that cross it: [`GroupStore`]
 //! (adapter `crate::store::sql`, one conformance suite over every backend), the shared
-//! [`GroupCache`] and large groups' [`Rosters`] (adapters `crate::cache`). Adapters depend
+//! [`GroupCache`] and large groups' [`Rosters`] (adapters `crate::store::{memory, redis}`). Adapters depend
 //! on the domain, never the other way.
 
 use async_trait::async_trait;
@@ -129,7 +129,7 @@ pub struct Entry {
 /// The roster of a large group (seed 000): its current members' ids in 16 buckets by
 /// `user % 16`, each ordered by map id. Map ids are assigned in join order and never reused,
 /// so a page from map id `n` is stable while members come and go, and no bucket grows past
-/// a few thousand entries. Adapters: `crate::cache::roster`.
+/// a few thousand entries. Adapters: `crate::store::{memory, redis}`.
 ///
 /// A roster is kept current by applying each change's members in version order, never by
 /// a reload: reloading 100,000 members for every join would cost more than it saves. The

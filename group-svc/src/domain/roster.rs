@@ -172,8 +172,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        cache::roster::memory::MemoryRosters,
         domain::{MemberStatus, Role},
+        store::memory::MemoryRosters,
     };
 
     /// In-process rosters whose `apply` fails, as a Redis hiccup would.

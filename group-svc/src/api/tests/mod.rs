@@ -39,19 +39,16 @@ impl Nicknames for FixedSeq {
 }
 
 async fn api() -> GroupApi {
-    api_with(Arc::new(
-        crate::cache::roster::memory::MemoryRosters::default(),
-    ))
-    .await
+    api_with(Arc::new(crate::store::memory::MemoryRosters::default())).await
 }
 
-async fn api_with(rosters: Arc<dyn crate::cache::roster::Rosters>) -> GroupApi {
+async fn api_with(rosters: Arc<dyn crate::domain::ports::Rosters>) -> GroupApi {
     api_over(rosters).await.0
 }
 
 /// The API with the given rosters, and its database.
 async fn api_over(
-    rosters: Arc<dyn crate::cache::roster::Rosters>,
+    rosters: Arc<dyn crate::domain::ports::Rosters>,
 ) -> (GroupApi, sea_orm::DatabaseConnection) {
     let auth = AuthConfig {
         internal_secret: Secret::new("internal-secret-0123456789"),
@@ -62,7 +59,7 @@ async fn api_over(
     let db = imesh_kit::sql::connect_and_migrate::<crate::store::sql::Migrator>(&db_config)
         .await
         .unwrap();
-    let shared = Arc::new(crate::cache::memory::MemoryGroupCache::new(
+    let shared = Arc::new(crate::store::memory::MemoryGroupCache::new(
         std::time::Duration::from_secs(60),
     ));
     let peers = (Arc::new(FixedSeq) as _, Arc::new(FixedSeq) as _);

@@ -5,7 +5,7 @@ use prometheus_client::metrics::counter::Counter;
 use sea_orm::ConnectionTrait;
 
 use super::*;
-use crate::{cache::roster::memory::MemoryRosters, domain::recount};
+use crate::{domain::recount, store::memory::MemoryRosters};
 
 async fn drift(db: &sea_orm::DatabaseConnection, g: i64, count: u32) {
     let sql = format!("UPDATE im_group SET member_count = {count} WHERE id = {g}");

@@ -5,7 +5,7 @@
 use tonic::Code;
 
 use super::*;
-use crate::cache::roster::{Rosters, tests::rosters};
+use crate::{domain::ports::Rosters, store::tests::rosters::rosters};
 
 /// Every member's id, page by page of 500, as `reader` sees them.
 async fn listing(api: &GroupApi, g: i64, reader: i64) -> Vec<i64> {

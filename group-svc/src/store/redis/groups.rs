@@ -8,8 +8,12 @@ use async_trait::async_trait;
 use fred::{prelude::*, types::ExpireOptions};
 use imesh_kit::error::StoreError;
 
-use super::{GateGroup, GateMember, GroupCache, keys};
-use crate::domain::{GroupStatus, GroupType, MemberStatus, Role};
+use crate::{
+    domain::{
+        ACTIVE_KEPT, GateGroup, GateMember, GroupCache, GroupStatus, GroupType, MemberStatus, Role,
+    },
+    keys,
+};
 
 #[derive(Clone)]
 pub struct RedisGroupCache {
@@ -112,7 +116,7 @@ impl GroupCache for RedisGroupCache {
     async fn touch(&self, group_id: i64, user: i64, at_ms: i64) -> Result<(), StoreError> {
         let key = keys::active(group_id);
         let client = self.pool.next();
-        let keep = super::ACTIVE_KEPT as i64;
+        let keep = ACTIVE_KEPT as i64;
         let (added, trimmed) = tokio::join!(
             client.zadd::<i64, _, _>(&key, None, None, false, false, (at_ms as f64, user)),
             client.zremrangebyrank::<i64, _>(&key, 0, -(keep + 1)),

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use imesh_kit::error::StoreError;
 use parking_lot::Mutex;
 
-use super::{GateGroup, GateMember, GroupCache};
+use crate::domain::{ACTIVE_KEPT, GateGroup, GateMember, GroupCache};
 
 #[derive(Default)]
 struct Entry {
@@ -103,7 +103,7 @@ impl GroupCache for MemoryGroupCache {
         let recent = activity.entry(group_id).or_default();
         recent.retain(|(u, _)| *u != user);
         recent.push((user, at_ms));
-        if recent.len() > super::ACTIVE_KEPT {
+        if recent.len() > ACTIVE_KEPT {
             recent.remove(0);
         }
         Ok(())

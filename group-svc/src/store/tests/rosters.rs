@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use imesh_kit::testing;
 
-use super::*;
+use crate::{
+    domain::ports::{Entry, Rosters},
+    store::{memory, redis},
+};
 
 /// The in-process rosters and every configured real Redis's.
 pub(crate) async fn rosters() -> Vec<(&'static str, Arc<dyn Rosters>)> {

@@ -8,8 +8,10 @@ use async_trait::async_trait;
 use fred::prelude::*;
 use imesh_kit::error::StoreError;
 
-use super::{BUCKETS, CLAIM_TTL, Entry, Rosters, TTL, bucket};
-use crate::cache::keys;
+use crate::{
+    domain::ports::{BUCKETS, CLAIM_TTL, Entry, Rosters, TTL, bucket},
+    keys,
+};
 
 /// Entries written per fill script, so no script blocks Redis for long.
 const FILL_CHUNK: usize = 2_000;

@@ -1,5 +1,7 @@
 //! Clients of the services group-svc asks: message-svc for a conversation's current seq,
-//! relation-svc for joiners' nicknames.
+//! relation-svc for joiners' nicknames; and the outbox relay's sink ([`notices`]).
+
+pub mod notices;
 
 use std::collections::HashMap;
 

@@ -5,6 +5,9 @@ use std::sync::Arc;
 use imesh_kit::{error::StoreError, ids::Snowflake, outbox::SqlOutbox, testing};
 use tokio::sync::Notify;
 
+mod cache;
+pub(crate) mod rosters;
+
 use super::*;
 use crate::domain::{
     Error, Group, GroupStatus, GroupStore, GroupType, JoinMode, Member, MemberStatus, Role,

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use imesh_kit::error::StoreError;
 use parking_lot::Mutex;
 
-use super::{CLAIM_TTL, Entry, Rosters, TTL};
+use crate::domain::ports::{CLAIM_TTL, Entry, Rosters, TTL};
 
 #[derive(Default)]
 struct Roster {

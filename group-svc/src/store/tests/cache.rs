@@ -6,8 +6,12 @@ use std::{sync::Arc, time::Duration};
 use imesh_kit::testing;
 use parking_lot::Mutex;
 
-use super::*;
-use crate::domain::{GroupStatus, GroupType, MemberStatus, Role};
+use crate::{
+    domain::{
+        ACTIVE_KEPT, GateGroup, GateMember, GroupCache, GroupStatus, GroupType, MemberStatus, Role,
+    },
+    store::{memory, redis},
+};
 
 async fn caches() -> Vec<(&'static str, Arc<dyn GroupCache>)> {
     let mut out: Vec<(&'static str, Arc<dyn GroupCache>)> = vec![(
