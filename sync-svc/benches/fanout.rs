@@ -19,7 +19,7 @@ use imesh_kit::testing;
 use sync_svc::domain::{Change, Inboxes, IncomingEvent, Mark};
 
 async fn inboxes(backend: testing::Backend) -> Inboxes {
-    let bits = Arc::new(sync_svc::bits::memory::MemoryBits::default());
+    let bits = Arc::new(sync_svc::store::memory::MemoryBits::default());
     support::inboxes(backend, Arc::default(), bits).await
 }
 

@@ -18,8 +18,8 @@ use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use imesh_kit::testing;
 use sync_svc::{
-    bits::{memory::MemoryBits, redis::RedisBits},
     domain::{Change, Inboxes, IncomingEvent, MapMember, Mark, MemberMap, ReadMark, ReceiptBits},
+    store::{memory::MemoryBits, redis::RedisBits},
 };
 
 /// Messages crossed by one watermark advance.

@@ -5,9 +5,10 @@
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
 //! - [`domain`]: fanout into inboxes with per-user `sync_seq`, pulls, acks; reads and the
 //!   conversation list; in [`domain::ports`], every port it needs. Layers depend downward
-//!   only: api → domain ← adapters (store, bits, peers).
-//! - [`store`]: the sea-orm adapter of [`domain::InboxStore`], with migrations.
-//! - [`bits`]: the Redis and in-process adapters of [`domain::ReceiptBits`].
+//!   only: api → domain ← adapters (store, peers).
+//! - [`store`]: the sea-orm adapter of [`domain::InboxStore`], with migrations, and the
+//!   Redis and in-process adapters of [`domain::ReceiptBits`].
+//! - [`events`]: the events sync-svc makes itself, encoded, and the webhook payloads.
 //! - [`peers`]: the notify-svc client for live delivery, the group-svc client for
 //!   memberships of read-fanout groups.
 //! - [`keys`]: Redis key formats.
@@ -16,8 +17,8 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod bits;
 pub mod domain;
+pub mod events;
 pub mod keys;
 pub mod peers;
 pub mod store;
@@ -107,9 +108,9 @@ impl Service {
             Some(url) => {
                 let pool = imesh_kit::redis::connect(&config.redis, url).await?;
                 let arena_ttl = Duration::from_secs(config.inbox_retention_hours.max(24) * 3600);
-                Arc::new(bits::redis::RedisBits::new(pool, arena_ttl))
+                Arc::new(store::redis::RedisBits::new(pool, arena_ttl))
             }
-            None => Arc::new(bits::memory::MemoryBits::default()),
+            None => Arc::new(store::memory::MemoryBits::default()),
         };
         let caller = Caller::new(&auth.internal_secret)?;
         let peers = grpc::Peers::new(&config.grpc)?;
@@ -135,7 +136,7 @@ impl Service {
                 notifier: Arc::new(notifier),
                 members: Arc::new(members),
                 bits,
-                encode: api::ENCODERS,
+                encode: events::ENCODERS,
                 webhooks: webhooks.as_ref().map(Relay::waker),
             },
         );

@@ -53,7 +53,7 @@ pub(crate) async fn inboxes(
             notifier: group.clone(),
             members: group,
             bits,
-            encode: sync_svc::api::ENCODERS,
+            encode: sync_svc::events::ENCODERS,
             webhooks: None,
         },
     )

@@ -64,7 +64,7 @@ async fn inboxes() -> (Inboxes, Arc<Recorder>) {
     let db = imesh_kit::sql::connect_and_migrate::<Migrator>(&config)
         .await
         .unwrap();
-    let bits = Arc::new(crate::bits::memory::MemoryBits::default());
+    let bits = Arc::new(crate::store::memory::MemoryBits::default());
     build(db, Arc::default(), bits)
 }
 
@@ -82,7 +82,7 @@ fn build(
             notifier: recorder.clone(),
             members,
             bits,
-            encode: crate::api::ENCODERS,
+            encode: crate::events::ENCODERS,
             webhooks: None,
         },
     );

@@ -7,7 +7,7 @@ use prost::Message as _;
 use super::*;
 use imesh_kit::identity::Actor;
 
-use crate::bits::memory::MemoryBits;
+use crate::store::memory::MemoryBits;
 
 struct Rig {
     /// A group conversation of its own, so rigs sharing a Redis never meet.
@@ -25,7 +25,7 @@ async fn all_bits() -> Vec<Arc<dyn ReceiptBits>> {
             .await
             .unwrap();
         let ttl = std::time::Duration::from_secs(60);
-        out.push(Arc::new(crate::bits::redis::RedisBits::new(pool, ttl)));
+        out.push(Arc::new(crate::store::redis::RedisBits::new(pool, ttl)));
     }
     out
 }
@@ -362,7 +362,7 @@ async fn a_flushed_redis_arena_is_rebuilt_from_the_watermarks() {
             .await
             .unwrap();
         let ttl = std::time::Duration::from_secs(60);
-        let rig = rig_on(Arc::new(crate::bits::redis::RedisBits::new(
+        let rig = rig_on(Arc::new(crate::store::redis::RedisBits::new(
             pool.clone(),
             ttl,
         )))

@@ -7,6 +7,8 @@ use std::collections::{HashMap, HashSet};
 use bytes::Bytes;
 use imesh_kit::error::StoreError;
 
+mod bits;
+
 use super::{sql::SqlInboxStore, *};
 use crate::domain::{
     Change, ConversationView, Cursor, Entry, InboxStore, Mark, Settings, StoredEvent,

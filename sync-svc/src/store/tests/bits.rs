@@ -5,8 +5,8 @@ use std::{sync::Arc, time::Duration};
 
 use imesh_kit::testing;
 
-use super::*;
 use crate::domain::ports::{ReceiptBits, is_set, set_bit};
+use crate::store::{memory, redis};
 
 async fn adapters() -> Vec<(&'static str, Arc<dyn ReceiptBits>)> {
     let mut out: Vec<(&'static str, Arc<dyn ReceiptBits>)> =
