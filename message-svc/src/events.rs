@@ -1,11 +1,12 @@
 //! What message-svc tells sync-svc: the outbox payload of a stored message, an encoded
 //! `imesh.sync.v1.Fanout` that the kit's `SyncSink` relays.
+
 use imesh_protos::{message as pb, sync as sync_pb};
 use prost::Message as _;
 
-use crate::domain::{
-    Audience, Content, Hidden, Media, MediaKind, Message, MovedReactions, Notice, PinChange,
-    PinnedMessage, ReactionChange, ReactionCount,
+use crate::{
+    api::convert::{content_to_proto, hidden_to_proto, message_to_proto, reactions_to_proto},
+    domain::{Audience, Hidden, Message, MovedReactions, PinChange, ReactionChange, ReactionCount},
 };
 
 /// The outbox payload carrying `kind` to `audience`: its recipients' inboxes, or a
@@ -43,48 +44,6 @@ pub fn encode_fanout(message: &Message, audience: &Audience) -> Vec<u8> {
         message.receipt_bound,
         sync_pb::sync_event::Kind::Message(message_to_proto(message)),
     )
-}
-
-pub fn message_to_proto(message: &Message) -> pb::Message {
-    pb::Message {
-        msg_id: message.msg_id,
-        conversation_id: message.conversation_id.clone(),
-        seq: message.seq,
-        sender_id: message.sender_id,
-        client_msg_id: message.client_msg_id.clone(),
-        content: (message.recalled_by == 0).then(|| content_to_proto(&message.content)),
-        server_time_ms: message.server_time_ms,
-        recalled_by: message.recalled_by,
-        recalled_at_ms: message.recalled_at_ms,
-        mentioned_user_ids: message.mentions.users.clone(),
-        mention_all: message.mentions.all,
-        receipt: message.receipt_bound > 0,
-        version: message.version,
-        edited_at_ms: message.edited_at_ms,
-        reply: message.reply.as_ref().map(|r| pb::Reply {
-            seq: r.seq,
-            sender_id: r.sender_id,
-            excerpt: r.excerpt.clone(),
-            recalled: r.recalled,
-        }),
-        forwarded: message.forwarded.map(|f| pb::Forwarded {
-            msg_id: f.msg_id,
-            sender_id: f.sender_id,
-            server_time_ms: f.server_time_ms,
-        }),
-        reactions: reactions_to_proto(&message.reactions),
-    }
-}
-
-pub fn reactions_to_proto(counts: &[ReactionCount]) -> Vec<pb::ReactionCount> {
-    counts
-        .iter()
-        .map(|c| pb::ReactionCount {
-            emoji: c.emoji.clone(),
-            count: c.count,
-            mine: c.mine,
-        })
-        .collect()
 }
 
 /// A short stable tag of a text for event ids (emojis may be any bytes a collation folds).
@@ -144,90 +103,6 @@ pub fn encode_reaction_counts(
         0,
         sync_pb::sync_event::Kind::ReactionCounts(counts),
     )
-}
-
-pub fn content_to_proto(content: &Content) -> pb::Content {
-    use pb::content::Kind;
-    let kind = match content {
-        Content::Text(text) => Kind::Text(pb::Text { text: text.clone() }),
-        Content::Custom(json) => Kind::Custom(pb::Custom { json: json.clone() }),
-        Content::Media(kind, media) => {
-            let media = media_to_proto(media.clone());
-            match kind {
-                MediaKind::Image => Kind::Image(media),
-                MediaKind::File => Kind::File(media),
-                MediaKind::Audio => Kind::Audio(media),
-                MediaKind::Video => Kind::Video(media),
-            }
-        }
-        Content::Notice(Notice { code, text, json }) => Kind::Notice(pb::Notice {
-            code: code.clone(),
-            text: text.clone(),
-            json: json.clone(),
-        }),
-    };
-    pb::Content { kind: Some(kind) }
-}
-
-pub fn content_from_proto(kind: pb::content::Kind) -> Content {
-    use pb::content::Kind;
-    match kind {
-        Kind::Text(pb::Text { text }) => Content::Text(text),
-        Kind::Custom(pb::Custom { json }) => Content::Custom(json),
-        Kind::Image(m) => Content::Media(MediaKind::Image, media_from_proto(m)),
-        Kind::File(m) => Content::Media(MediaKind::File, media_from_proto(m)),
-        Kind::Audio(m) => Content::Media(MediaKind::Audio, media_from_proto(m)),
-        Kind::Video(m) => Content::Media(MediaKind::Video, media_from_proto(m)),
-        Kind::Notice(pb::Notice { code, text, json }) => {
-            Content::Notice(Notice { code, text, json })
-        }
-    }
-}
-
-fn media_to_proto(media: Media) -> pb::Media {
-    let Media {
-        url,
-        size_bytes,
-        mime_type,
-        width,
-        height,
-        duration_ms,
-        name,
-        thumbnail_url,
-    } = media;
-    pb::Media {
-        url,
-        size_bytes,
-        mime_type,
-        width,
-        height,
-        duration_ms,
-        name,
-        thumbnail_url,
-    }
-}
-
-fn media_from_proto(media: pb::Media) -> Media {
-    let pb::Media {
-        url,
-        size_bytes,
-        mime_type,
-        width,
-        height,
-        duration_ms,
-        name,
-        thumbnail_url,
-    } = media;
-    Media {
-        url,
-        size_bytes,
-        mime_type,
-        width,
-        height,
-        duration_ms,
-        name,
-        thumbnail_url,
-    }
 }
 
 /// The idempotency key sync-svc dedups a recall event on.
@@ -297,15 +172,6 @@ pub fn encode_pin(change: &PinChange, audience: &Audience) -> Vec<u8> {
     )
 }
 
-pub fn pinned_to_proto(pinned: &PinnedMessage) -> pb::Pinned {
-    pb::Pinned {
-        seq: pinned.pin.seq,
-        pinned_by: pinned.pin.pinned_by,
-        pinned_at_ms: pinned.pin.pinned_at_ms,
-        message: Some(message_to_proto(&pinned.message)),
-    }
-}
-
 /// The outbox payload telling `hidden.user`'s devices what they hid from their view.
 pub fn encode_hidden(hidden: &Hidden) -> Vec<u8> {
     use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
@@ -320,12 +186,4 @@ pub fn encode_hidden(hidden: &Hidden) -> Vec<u8> {
         0,
         sync_pb::sync_event::Kind::Hidden(hidden_to_proto(hidden)),
     )
-}
-
-pub fn hidden_to_proto(hidden: &Hidden) -> pb::HiddenForMe {
-    pb::HiddenForMe {
-        conversation_id: hidden.conversation_id.clone(),
-        seqs: hidden.seqs.clone(),
-        cleared_seq: hidden.cleared_seq,
-    }
 }

@@ -4,11 +4,11 @@
 //! - [`api`]: the tonic handlers: read the caller, parse the request, call the domain.
 //! - [`domain`]: the send path (validation, rate limits, the permission gate, seq and id
 //!   allocation, notices), history and recall; in [`domain::ports`], every port it needs.
-//!   Layers depend downward only: api → domain ← adapters (store, hooks, peers).
+//!   Layers depend downward only: api → domain ← adapters (store, peers).
 //! - [`store`]: the sea-orm adapter of [`domain::MessageStore`], with migrations.
 //! - [`events`]: the outbox payload and the relay sink into sync-svc.
-//! - [`hooks`]: the app server's before-send hook over HTTP(S).
-//! - [`peers`]: the relation-svc and group-svc clients the gate asks.
+//! - [`peers`]: the relation-svc and group-svc clients the gate asks, and the app server's
+//!   before-send hook over HTTP(S).
 //! - [`keys`]: counter key formats.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
@@ -17,7 +17,6 @@
 pub mod api;
 pub mod domain;
 pub mod events;
-pub mod hooks;
 pub mod keys;
 pub mod peers;
 pub mod store;
@@ -184,7 +183,7 @@ impl Service {
             imesh_kit::hooks::Signing::Required,
         )?
         .map(|hook| domain::BeforeSendHook {
-            hook: Arc::new(hooks::AppServerCheck(hook)),
+            hook: Arc::new(peers::hooks::AppServerCheck(hook)),
             fail_open: config.before_send_fail_open,
         });
         let messages = domain::Messages::new(

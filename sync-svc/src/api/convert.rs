@@ -49,7 +49,7 @@ pub(crate) fn settings_to_proto(
 
 /// What a message or recall event does to its conversation's state; `receipt_bound` is
 /// its Fanout's.
-pub(crate) fn mark_of(event: &pb::SyncEvent, receipt_bound: u32) -> Option<Mark> {
+fn mark_of(event: &pb::SyncEvent, receipt_bound: u32) -> Option<Mark> {
     use pb::sync_event::Kind;
     match event.kind.as_ref()? {
         Kind::Message(m) => Some(Mark {

@@ -9,13 +9,13 @@ use imesh_kit::{
 use imesh_protos::message::{self as pb, message_service_server::MessageService};
 use tonic::{Request, Response, Status};
 
-use crate::{
-    domain::{
-        Error, GroupRefusal, HistoryPage, Mentions, Messages, NoticeCommand, NoticeOutcome,
-        SendCommand, Sender, Sent, Target,
-    },
-    events::content_from_proto,
+use self::convert::{
+    content_from_proto, hidden_to_proto, message_to_proto, notice_result, pinned_to_proto,
+    reactions_to_proto, send_command, send_outcome, sent_to_proto, status,
 };
+use crate::domain::{HistoryPage, Messages, NoticeCommand, Sender};
+
+pub mod convert;
 
 /// Who calls: a user, or the system actor (internal callers and operators).
 fn sender<T>(request: &Request<T>) -> Result<Sender, Status> {
@@ -119,7 +119,7 @@ impl MessageService for MessageApi {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::HistoryResponse {
-            messages: page.iter().map(crate::events::message_to_proto).collect(),
+            messages: page.iter().map(message_to_proto).collect(),
             has_more,
         }))
     }
@@ -139,7 +139,7 @@ impl MessageService for MessageApi {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::RecallResponse {
-            message: Some(crate::events::message_to_proto(&message)),
+            message: Some(message_to_proto(&message)),
         }))
     }
 
@@ -160,7 +160,7 @@ impl MessageService for MessageApi {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::EditResponse {
-            message: Some(crate::events::message_to_proto(&message)),
+            message: Some(message_to_proto(&message)),
         }))
     }
 
@@ -180,7 +180,7 @@ impl MessageService for MessageApi {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::PinsResponse {
-            pins: pins.iter().map(crate::events::pinned_to_proto).collect(),
+            pins: pins.iter().map(pinned_to_proto).collect(),
         }))
     }
 
@@ -196,7 +196,7 @@ impl MessageService for MessageApi {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::PinsResponse {
-            pins: pins.iter().map(crate::events::pinned_to_proto).collect(),
+            pins: pins.iter().map(pinned_to_proto).collect(),
         }))
     }
 
@@ -219,7 +219,7 @@ impl MessageService for MessageApi {
         Ok(Response::new(pb::ReactionsResponse {
             conversation_id,
             seq,
-            reactions: crate::events::reactions_to_proto(&counts),
+            reactions: reactions_to_proto(&counts),
         }))
     }
 
@@ -263,11 +263,7 @@ impl MessageService for MessageApi {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::SearchResponse {
-            messages: page
-                .messages
-                .iter()
-                .map(crate::events::message_to_proto)
-                .collect(),
+            messages: page.messages.iter().map(message_to_proto).collect(),
             next_before_msg_id: page.next_before,
         }))
     }
@@ -286,7 +282,7 @@ impl MessageService for MessageApi {
             .delete_for_me(by, &conversation_id, seqs)
             .await
             .map_err(status)?;
-        Ok(Response::new(crate::events::hidden_to_proto(&hidden)))
+        Ok(Response::new(hidden_to_proto(&hidden)))
     }
 
     async fn clear_history(
@@ -300,7 +296,7 @@ impl MessageService for MessageApi {
             .clear_history(by, &conversation_id)
             .await
             .map_err(status)?;
-        Ok(Response::new(crate::events::hidden_to_proto(&hidden)))
+        Ok(Response::new(hidden_to_proto(&hidden)))
     }
 
     async fn conversation_seq(
@@ -315,144 +311,5 @@ impl MessageService for MessageApi {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::ConversationSeqResponse { seq }))
-    }
-}
-
-fn send_command(request: pb::SendRequest) -> SendCommand {
-    let pb::SendRequest {
-        client_msg_id,
-        to,
-        content,
-        mentioned_user_ids,
-        mention_all,
-        receipt,
-        reply_to_seq,
-        forward,
-    } = request;
-    SendCommand {
-        client_msg_id,
-        to: to.map(target_from_proto),
-        content: content.and_then(|c| c.kind).map(content_from_proto),
-        mentions: Mentions {
-            users: mentioned_user_ids,
-            all: mention_all,
-        },
-        receipt,
-        reply_to_seq,
-        forward: forward.map(|f| (f.conversation_id, f.seq)),
-    }
-}
-
-fn send_outcome(outcome: Result<Sent, Error>) -> pb::SendOutcome {
-    match outcome {
-        Ok(sent) => pb::SendOutcome {
-            sent: Some(sent_to_proto(sent)),
-            ..Default::default()
-        },
-        Err(err) => {
-            let retry_after_ms = retry_after_ms(&err).unwrap_or(0);
-            let refused = status(err);
-            pb::SendOutcome {
-                sent: None,
-                code: refused.code() as i32,
-                error: refused.message().to_owned(),
-                retry_after_ms,
-            }
-        }
-    }
-}
-
-fn target_from_proto(to: pb::send_request::To) -> Target {
-    match to {
-        pb::send_request::To::UserId(id) => Target::User(id),
-        pb::send_request::To::GroupId(id) => Target::Group(id),
-    }
-}
-
-fn notice_result(outcome: NoticeOutcome) -> pb::NoticeResult {
-    use pb::notice_result::Target as T;
-    let target = Some(match outcome.target {
-        Target::User(id) => T::UserId(id),
-        Target::Group(id) => T::GroupId(id),
-    });
-    match outcome.result {
-        Ok(sent) => pb::NoticeResult {
-            target,
-            sent: Some(sent_to_proto(sent)),
-            ..Default::default()
-        },
-        Err(err) => {
-            let refused = status(err);
-            pb::NoticeResult {
-                target,
-                sent: None,
-                code: refused.code() as i32,
-                error: refused.message().to_owned(),
-            }
-        }
-    }
-}
-
-fn sent_to_proto(sent: Sent) -> pb::SendResponse {
-    pb::SendResponse {
-        msg_id: sent.msg_id,
-        conversation_id: sent.conversation_id,
-        seq: sent.seq,
-        server_time_ms: sent.server_time_ms,
-        duplicate: sent.duplicate,
-    }
-}
-
-/// How long a refused send should wait before its retry (the `retry-after-ms` trailer, and
-/// a batch item's `retry_after_ms`).
-fn retry_after_ms(err: &Error) -> Option<u64> {
-    match err {
-        Error::RateLimited(limited) => Some(limited.retry_after_ms),
-        Error::Overloaded(behind) => Some((behind.as_millis() as u64 / 2).clamp(50, 1_000)),
-        _ => None,
-    }
-}
-
-/// The one place message-svc errors become gRPC statuses.
-fn status(err: Error) -> Status {
-    match err {
-        Error::Invalid { field, reason } => error::invalid(field, reason),
-        Error::TooLarge { .. } => Status::invalid_argument(err.to_string()),
-        Error::UnknownUser(_) => Status::not_found(err.to_string()),
-        Error::NotParticipant | Error::RecallRefused(_) => {
-            Status::permission_denied(err.to_string())
-        }
-        Error::NoMessage => Status::not_found(err.to_string()),
-        Error::NotSender => Status::permission_denied(err.to_string()),
-        Error::EditRefused(_) | Error::PinsFull | Error::ReactRecalled | Error::ReactionsFull => {
-            Status::failed_precondition(err.to_string())
-        }
-        Error::PinRefused(_) | Error::HookRefused(_) => Status::permission_denied(err.to_string()),
-        Error::HookUnavailable(ref e) => {
-            tracing::error!(error = %format!("{e:#}"), "the before-send hook failed");
-            Status::unavailable(err.to_string())
-        }
-        Error::Refused(_) | Error::NoticeForbidden => Status::permission_denied(err.to_string()),
-        Error::RateLimited(_) | Error::Overloaded(_) => {
-            let wait = retry_after_ms(&err).unwrap_or(0);
-            let mut refused = Status::resource_exhausted(err.to_string());
-            refused
-                .metadata_mut()
-                .insert(imesh_kit::error::RETRY_AFTER_HEADER, wait.into());
-            refused
-        }
-        Error::GroupRefused(why, ref message) => match why {
-            GroupRefusal::NotFound => Status::not_found(message.clone()),
-            GroupRefusal::Forbidden => Status::permission_denied(message.clone()),
-            GroupRefusal::Precondition => Status::failed_precondition(message.clone()),
-        },
-        Error::Store(imesh_kit::error::StoreError::Unavailable(ref e)) => {
-            error::unavailable(e.as_ref())
-        }
-        Error::Store(ref e) => error::internal(e),
-        Error::Directory(ref e) => {
-            tracing::error!(error = %format!("{e:#}"), "a peer service call failed");
-            Status::unavailable("relation-svc or group-svc is unavailable; retry later")
-        }
     }
 }

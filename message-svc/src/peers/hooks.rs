@@ -27,7 +27,7 @@ impl BeforeSend for AppServerCheck {
     async fn check(&self, message: &Message) -> anyhow::Result<Verdict> {
         let body = serde_json::to_vec(&serde_json::json!({
             "type": "message.before_send",
-            "message": crate::events::message_to_proto(message),
+            "message": crate::api::convert::message_to_proto(message),
         }))?;
         let answer = self.0.post(body).await?;
         let answer: Answer = serde_json::from_slice(&answer)
@@ -46,7 +46,7 @@ impl BeforeSend for AppServerCheck {
                 let kind = answer.content.and_then(|c| c.kind).ok_or_else(|| {
                     anyhow::anyhow!("the before-send hook's answer: replace without content")
                 })?;
-                Verdict::Replace(crate::events::content_from_proto(kind))
+                Verdict::Replace(crate::api::convert::content_from_proto(kind))
             }
             other => anyhow::bail!("the before-send hook's answer: unknown action {other:?}"),
         })
