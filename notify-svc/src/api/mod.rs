@@ -7,12 +7,15 @@ use imesh_kit::{error, identity};
 use imesh_protos::notify::{self as pb, notify_service_server::NotifyService};
 use tonic::{Request, Response, Status};
 
+use self::convert::{route_from_proto, status};
 use crate::domain::{
-    Error, Router,
-    ports::{DeviceRoute, Entry},
+    Router,
+    ports::Entry,
     typing::{Outcome, Typing},
     watch::Watch,
 };
+
+pub mod convert;
 
 pub struct NotifyApi {
     router: Arc<Router>,
@@ -173,39 +176,5 @@ impl NotifyService for NotifyApi {
             })
             .collect();
         Ok(Response::new(pb::QueryPresenceResponse { users }))
-    }
-}
-
-fn route_from_proto(device: pb::Device) -> DeviceRoute {
-    let pb::Device {
-        user_id,
-        device_id,
-        platform,
-        gateway_addr,
-        conn_id,
-    } = device;
-    DeviceRoute {
-        user_id,
-        device_id,
-        platform,
-        gateway_addr,
-        conn_id,
-    }
-}
-
-/// The one place notify-svc errors become gRPC statuses.
-fn status(err: Error) -> Status {
-    match err {
-        Error::Invalid { field, reason } => error::invalid(field, reason),
-        Error::Store(imesh_kit::error::StoreError::Unavailable(ref e)) => {
-            error::unavailable(e.as_ref())
-        }
-        Error::Store(ref e) => error::internal(e),
-        Error::NotFound(message) => Status::not_found(message),
-        Error::Precondition(message) => Status::failed_precondition(message),
-        Error::Peer(ref e) => {
-            tracing::error!(error = %format!("{e:#}"), "a peer service call failed");
-            Status::unavailable("a service notify-svc depends on is unavailable; retry later")
-        }
     }
 }
