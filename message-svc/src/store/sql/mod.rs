@@ -9,7 +9,7 @@ use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait,
     QueryFilter, QueryOrder, QuerySelect, QueryTrait, TransactionTrait,
 };
-use sea_orm_migration::{prelude::*, schema::*};
+use sea_orm_migration::prelude::*;
 
 use super::{
     OUTBOX_TABLE,
@@ -22,7 +22,10 @@ use crate::domain::{
 
 mod order;
 mod reactions;
+mod schema;
 mod search;
+
+pub use schema::Migrator;
 
 #[allow(unreachable_pub)]
 mod messages {
@@ -148,7 +151,7 @@ fn decode_json<T: serde::de::DeserializeOwned>(
 }
 
 #[derive(Iden)]
-enum Pins {
+pub(super) enum Pins {
     Table,
     ConversationId,
     Seq,
@@ -697,239 +700,5 @@ impl MessageStore for SqlMessageStore {
             .map(|r| r.try_get::<i64>("", "max_seq"))
             .transpose()?
             .unwrap_or(0))
-    }
-}
-
-pub struct Migrator;
-
-#[async_trait::async_trait]
-impl MigratorTrait for Migrator {
-    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![
-            Box::new(imesh_kit::seq::Migration),
-            Box::new(outbox::Migration {
-                table: OUTBOX_TABLE,
-                name: "m20261201_000002_message_outbox",
-            }),
-            Box::new(CreateMessages),
-            Box::new(AddMentions),
-            Box::new(AddReceipts),
-            Box::new(imesh_kit::ids::lease::Migration),
-            Box::new(AddEdits),
-            Box::new(AddReferences),
-            Box::new(CreatePins),
-            Box::new(CreateHidden),
-            Box::new(reactions::CreateReactions),
-            Box::new(search::CreateSearch),
-            Box::new(order::RefuseBehindOnSqlite),
-        ]
-    }
-
-    fn migration_table_name() -> DynIden {
-        Alias::new("message_migrations").into_iden()
-    }
-}
-
-struct CreateMessages;
-
-impl MigrationName for CreateMessages {
-    fn name(&self) -> &str {
-        "m20261201_000003_messages"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for CreateMessages {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let t = || Alias::new("messages");
-        manager
-            .create_table(
-                Table::create()
-                    .table(t())
-                    .if_not_exists()
-                    .col(big_integer(Alias::new("msg_id")).primary_key())
-                    .col(string_len(Alias::new("conversation_id"), 64))
-                    .col(big_integer(Alias::new("seq")))
-                    .col(big_integer(Alias::new("sender_id")))
-                    .col(string_len(Alias::new("client_msg_id"), 64))
-                    .col(small_integer(Alias::new("kind")))
-                    .col(text(Alias::new("body")))
-                    .col(big_integer(Alias::new("server_time_ms")))
-                    .col(big_integer(Alias::new("recalled_by")))
-                    .col(big_integer(Alias::new("recalled_at_ms")))
-                    .to_owned(),
-            )
-            .await?;
-        for (name, cols) in [
-            ("ux_messages_conversation_seq", ["conversation_id", "seq"]),
-            (
-                "ux_messages_sender_client_msg",
-                ["sender_id", "client_msg_id"],
-            ),
-        ] {
-            let mut index = Index::create();
-            index.name(name).table(t()).unique().if_not_exists();
-            for col in cols {
-                index.col(Alias::new(col));
-            }
-            manager.create_index(index.to_owned()).await?;
-        }
-        manager
-            .create_table(
-                Table::create()
-                    .table(Alias::new("conversations"))
-                    .if_not_exists()
-                    .col(string_len(Alias::new("id"), 64).primary_key())
-                    .col(big_integer(Alias::new("max_seq")))
-                    .col(big_integer(Alias::new("updated_at_ms")))
-                    .to_owned(),
-            )
-            .await
-    }
-}
-
-struct AddMentions;
-
-impl MigrationName for AddMentions {
-    fn name(&self) -> &str {
-        "m20261202_000004_message_mentions"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for AddMentions {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let columns = [
-            text_null(Alias::new("mentions")),
-            boolean(Alias::new("mention_all")).default(false).to_owned(),
-        ];
-        imesh_kit::sql::add_columns(manager, Alias::new("messages"), columns).await
-    }
-}
-
-struct AddReceipts;
-
-impl MigrationName for AddReceipts {
-    fn name(&self) -> &str {
-        "m20261202_000005_message_receipts"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for AddReceipts {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let column = integer(Alias::new("receipt_bound")).default(0).to_owned();
-        imesh_kit::sql::add_columns(manager, Alias::new("messages"), [column]).await
-    }
-}
-
-struct AddEdits;
-
-impl MigrationName for AddEdits {
-    fn name(&self) -> &str {
-        "m20261205_000006_message_edits"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for AddEdits {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let columns = [
-            integer(Alias::new("version")).default(1).to_owned(),
-            big_integer(Alias::new("edited_at_ms"))
-                .default(0)
-                .to_owned(),
-        ];
-        imesh_kit::sql::add_columns(manager, Alias::new("messages"), columns).await
-    }
-}
-
-struct AddReferences;
-
-impl MigrationName for AddReferences {
-    fn name(&self) -> &str {
-        "m20261205_000007_message_references"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for AddReferences {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let columns = [
-            text_null(Alias::new("reply")),
-            text_null(Alias::new("forwarded")),
-        ];
-        imesh_kit::sql::add_columns(manager, Alias::new("messages"), columns).await
-    }
-}
-
-struct CreatePins;
-
-impl MigrationName for CreatePins {
-    fn name(&self) -> &str {
-        "m20261205_000008_message_pins"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for CreatePins {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .create_table(
-                Table::create()
-                    .table(Pins::Table)
-                    .if_not_exists()
-                    .col(string_len(Pins::ConversationId, 64))
-                    .col(big_integer(Pins::Seq))
-                    .col(big_integer(Pins::PinnedBy))
-                    .col(big_integer(Pins::PinnedAtMs))
-                    .primary_key(Index::create().col(Pins::ConversationId).col(Pins::Seq))
-                    .to_owned(),
-            )
-            .await
-    }
-}
-
-struct CreateHidden;
-
-impl MigrationName for CreateHidden {
-    fn name(&self) -> &str {
-        "m20261205_000009_message_hidden"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for CreateHidden {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let n = Alias::new;
-        manager
-            .create_table(
-                Table::create()
-                    .table(n("hidden_messages"))
-                    .if_not_exists()
-                    .col(big_integer(n("user_id")))
-                    .col(string_len(n("conversation_id"), 64))
-                    .col(big_integer(n("seq")))
-                    .primary_key(
-                        Index::create()
-                            .col(n("user_id"))
-                            .col(n("conversation_id"))
-                            .col(n("seq")),
-                    )
-                    .to_owned(),
-            )
-            .await?;
-        manager
-            .create_table(
-                Table::create()
-                    .table(n("cleared_histories"))
-                    .if_not_exists()
-                    .col(big_integer(n("user_id")))
-                    .col(string_len(n("conversation_id"), 64))
-                    .col(big_integer(n("cleared_seq")))
-                    .primary_key(Index::create().col(n("user_id")).col(n("conversation_id")))
-                    .to_owned(),
-            )
-            .await
     }
 }

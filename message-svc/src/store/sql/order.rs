@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use imesh_kit::error::StoreError;
-use sea_orm::{ConnectionTrait, DatabaseBackend};
+use sea_orm::ConnectionTrait;
 use sea_orm_migration::prelude::*;
 
 /// Locks the conversations' rows until `txn` ends and fails with `Unavailable` when one's
@@ -57,32 +57,4 @@ pub(super) async fn refuse_behind(
         }
     }
     Ok(())
-}
-
-/// SQLite's check: a trigger refusing a message whose seq is not above its
-/// conversation's max seq (the batch raises the max after inserting its messages).
-pub(super) struct RefuseBehindOnSqlite;
-
-impl MigrationName for RefuseBehindOnSqlite {
-    fn name(&self) -> &str {
-        "m20261206_000012_refuse_behind_on_sqlite"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for RefuseBehindOnSqlite {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() != DatabaseBackend::Sqlite {
-            return Ok(());
-        }
-        manager
-            .get_connection()
-            .execute_unprepared(
-                "CREATE TRIGGER messages_refuse_behind BEFORE INSERT ON messages \
-                 WHEN NEW.seq <= (SELECT max_seq FROM conversations WHERE id = NEW.conversation_id) \
-                 BEGIN SELECT RAISE(ABORT, 'seq is not above the conversation''s committed max seq; retry'); END",
-            )
-            .await?;
-        Ok(())
-    }
 }

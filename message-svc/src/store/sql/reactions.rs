@@ -9,7 +9,7 @@ use imesh_kit::{
     outbox::{self, OutboxRow},
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
-use sea_orm_migration::{prelude::*, schema::*};
+use sea_orm_migration::prelude::*;
 
 use crate::{
     domain::{MovedReactions, ReactOutcome, ReactionChange, ReactionCount},
@@ -17,7 +17,7 @@ use crate::{
 };
 
 #[derive(Iden, Clone, Copy)]
-enum Reactions {
+pub(super) enum Reactions {
     Table,
     ConversationId,
     Seq,
@@ -27,7 +27,7 @@ enum Reactions {
 }
 
 #[derive(Iden, Clone, Copy)]
-enum ReactionTotals {
+pub(super) enum ReactionTotals {
     Table,
     ConversationId,
     Seq,
@@ -36,7 +36,7 @@ enum ReactionTotals {
 }
 
 #[derive(Iden, Clone, Copy)]
-enum ReactionMarks {
+pub(super) enum ReactionMarks {
     Table,
     ConversationId,
     Seq,
@@ -347,72 +347,4 @@ pub(super) async fn forget_moved(
     }
     txn.commit().await?;
     Ok(())
-}
-
-pub(super) struct CreateReactions;
-
-impl MigrationName for CreateReactions {
-    fn name(&self) -> &str {
-        "m20261205_000010_message_reactions"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for CreateReactions {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .create_table(
-                Table::create()
-                    .table(Reactions::Table)
-                    .if_not_exists()
-                    .col(string_len(Reactions::ConversationId, 64))
-                    .col(big_integer(Reactions::Seq))
-                    .col(var_binary(Reactions::Emoji, 32))
-                    .col(big_integer(Reactions::UserId))
-                    .col(big_integer(Reactions::ReactedAtMs))
-                    .primary_key(
-                        Index::create()
-                            .col(Reactions::ConversationId)
-                            .col(Reactions::Seq)
-                            .col(Reactions::Emoji)
-                            .col(Reactions::UserId),
-                    )
-                    .to_owned(),
-            )
-            .await?;
-        manager
-            .create_table(
-                Table::create()
-                    .table(ReactionTotals::Table)
-                    .if_not_exists()
-                    .col(string_len(ReactionTotals::ConversationId, 64))
-                    .col(big_integer(ReactionTotals::Seq))
-                    .col(var_binary(ReactionTotals::Emoji, 32))
-                    .col(big_integer(ReactionTotals::Total))
-                    .primary_key(
-                        Index::create()
-                            .col(ReactionTotals::ConversationId)
-                            .col(ReactionTotals::Seq)
-                            .col(ReactionTotals::Emoji),
-                    )
-                    .to_owned(),
-            )
-            .await?;
-        manager
-            .create_table(
-                Table::create()
-                    .table(ReactionMarks::Table)
-                    .if_not_exists()
-                    .col(string_len(ReactionMarks::ConversationId, 64))
-                    .col(big_integer(ReactionMarks::Seq))
-                    .col(big_integer(ReactionMarks::Changes))
-                    .primary_key(
-                        Index::create()
-                            .col(ReactionMarks::ConversationId)
-                            .col(ReactionMarks::Seq),
-                    )
-                    .to_owned(),
-            )
-            .await
-    }
 }

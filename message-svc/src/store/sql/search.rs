@@ -6,8 +6,8 @@
 
 use imesh_kit::error::StoreError;
 use sea_orm::{
-    ColumnTrait, Condition, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait,
-    QueryFilter, QueryOrder, QuerySelect,
+    ColumnTrait, Condition, DatabaseBackend, DatabaseConnection, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect,
 };
 use sea_orm_migration::prelude::*;
 
@@ -75,47 +75,4 @@ pub(super) async fn search(
         .all(db)
         .await?;
     rows.into_iter().map(to_message).collect()
-}
-
-pub(super) struct CreateSearch;
-
-impl MigrationName for CreateSearch {
-    fn name(&self) -> &str {
-        "m20261205_000011_message_search"
-    }
-}
-
-/// SQLite's index: an FTS5 table by msg id, kept by triggers on every write path (the
-/// group commit's multi-row inserts, edits, recalls), filled from what is stored already.
-const SQLITE: [&str; 5] = [
-    "CREATE VIRTUAL TABLE IF NOT EXISTS message_search USING fts5(body, content='', contentless_delete=1)",
-    "INSERT INTO message_search(rowid, body) SELECT msg_id, body FROM messages WHERE kind = 1 AND recalled_by = 0",
-    "CREATE TRIGGER IF NOT EXISTS message_search_insert AFTER INSERT ON messages \
-     WHEN new.kind = 1 AND new.recalled_by = 0 \
-     BEGIN INSERT INTO message_search(rowid, body) VALUES (new.msg_id, new.body); END",
-    "CREATE TRIGGER IF NOT EXISTS message_search_update AFTER UPDATE OF kind, body, recalled_by ON messages \
-     BEGIN DELETE FROM message_search WHERE rowid = old.msg_id; \
-     INSERT INTO message_search(rowid, body) SELECT new.msg_id, new.body \
-     WHERE new.kind = 1 AND new.recalled_by = 0; END",
-    "CREATE TRIGGER IF NOT EXISTS message_search_delete AFTER DELETE ON messages \
-     BEGIN DELETE FROM message_search WHERE rowid = old.msg_id; END",
-];
-
-#[async_trait::async_trait]
-impl MigrationTrait for CreateSearch {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        let statements: &[&str] = match db.get_database_backend() {
-            DatabaseBackend::Sqlite => &SQLITE,
-            DatabaseBackend::Postgres => &[
-                "CREATE INDEX IF NOT EXISTS messages_body_search ON messages \
-                 USING GIN (to_tsvector('simple', body)) WHERE kind = 1",
-            ],
-            _ => &["CREATE FULLTEXT INDEX messages_body_search ON messages (body)"],
-        };
-        for statement in statements {
-            db.execute_unprepared(statement).await?;
-        }
-        Ok(())
-    }
 }
