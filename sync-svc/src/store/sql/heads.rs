@@ -20,13 +20,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use imesh_kit::sql::Merge;
 use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseTransaction, DbErr, Statement};
-use sea_orm_migration::{prelude::*, schema::*};
+use sea_orm_migration::prelude::*;
 
 use super::CHUNK;
 use crate::domain::StoredEvent;
 
 #[derive(Iden)]
-enum InboxHeads {
+pub(super) enum InboxHeads {
     Table,
     UserId,
     LastSeq,
@@ -144,49 +144,4 @@ pub(super) fn raise(backend: DatabaseBackend, heads: &HashMap<i64, i64>) -> Vec<
             )
         })
         .collect()
-}
-
-/// Creates `inbox_heads`, starting each user's head at the highest seq ever handed out to
-/// them: their newest entry, or the persisted ceiling of the counter that allocated their
-/// seqs before heads existed (entries may have been purged since).
-pub(super) struct CreateInboxHeads;
-
-impl MigrationName for CreateInboxHeads {
-    fn name(&self) -> &str {
-        "m20261206_000010_inbox_heads"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for CreateInboxHeads {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .create_table(
-                Table::create()
-                    .table(InboxHeads::Table)
-                    .if_not_exists()
-                    .col(big_integer(InboxHeads::UserId).primary_key())
-                    .col(big_integer(InboxHeads::LastSeq))
-                    .to_owned(),
-            )
-            .await?;
-        // The counters' keys read `{u:<user id>}:sync`.
-        let integer = match manager.get_database_backend() {
-            DatabaseBackend::MySql => "SIGNED",
-            DatabaseBackend::Postgres => "BIGINT",
-            _ => "INTEGER",
-        };
-        let seed = format!(
-            "INSERT INTO inbox_heads (user_id, last_seq) \
-             SELECT user_id, MAX(last_seq) FROM ( \
-               SELECT user_id, MAX(sync_seq) AS last_seq FROM inbox GROUP BY user_id \
-               UNION ALL \
-               SELECT CAST(SUBSTR(name, 4, LENGTH(name) - 9) AS {integer}) AS user_id, \
-                      ceiling AS last_seq \
-               FROM seq_ceilings WHERE name LIKE '{{u:%}}:sync' \
-             ) seeds GROUP BY user_id"
-        );
-        manager.get_connection().execute_unprepared(&seed).await?;
-        Ok(())
-    }
 }

@@ -8,7 +8,7 @@ use std::{
 use async_trait::async_trait;
 use imesh_kit::error::StoreError;
 use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, DbErr, TransactionTrait};
-use sea_orm_migration::{prelude::*, schema::*};
+use sea_orm_migration::prelude::*;
 
 use crate::domain::{ConversationView, Cursor, Entry, PushSettings, Receipt, Settings};
 use crate::domain::{InboxStore, StoredEvent};
@@ -17,9 +17,12 @@ mod heads;
 mod push;
 mod reads;
 mod receipts;
+mod schema;
+
+pub use schema::Migrator;
 
 #[derive(Iden)]
-enum SyncEvents {
+pub(super) enum SyncEvents {
     Table,
     Id,
     EventId,
@@ -27,7 +30,7 @@ enum SyncEvents {
 }
 
 #[derive(Iden)]
-enum Inbox {
+pub(super) enum Inbox {
     Table,
     UserId,
     SyncSeq,
@@ -35,7 +38,7 @@ enum Inbox {
 }
 
 #[derive(Iden)]
-enum DeviceCursors {
+pub(super) enum DeviceCursors {
     Table,
     UserId,
     DeviceId,
@@ -408,86 +411,5 @@ impl InboxStore for SqlInboxStore {
 
     async fn readers(&self, conversation: &str) -> Result<Vec<(i64, i64)>, StoreError> {
         reads::readers(&self.db, conversation).await
-    }
-}
-
-pub struct Migrator;
-
-#[async_trait::async_trait]
-impl MigratorTrait for Migrator {
-    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![
-            Box::new(imesh_kit::seq::Migration),
-            Box::new(CreateInboxes),
-            Box::new(reads::CreateConversationState),
-            Box::new(reads::AddSettings),
-            Box::new(receipts::CreateReceipts),
-            Box::new(push::CreatePushSettings),
-            Box::new(imesh_kit::ids::lease::Migration),
-            Box::new(reads::AddLastEdit),
-            Box::new(reads::AddRemovedSeq),
-            Box::new(imesh_kit::outbox::Migration {
-                table: super::WEBHOOK_TABLE,
-                name: "m20261205_000009_webhook_outbox",
-            }),
-            Box::new(heads::CreateInboxHeads),
-        ]
-    }
-
-    fn migration_table_name() -> DynIden {
-        Alias::new("sync_migrations").into_iden()
-    }
-}
-
-struct CreateInboxes;
-
-impl MigrationName for CreateInboxes {
-    fn name(&self) -> &str {
-        "m20261201_000002_inboxes"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for CreateInboxes {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .create_table(
-                Table::create()
-                    .table(SyncEvents::Table)
-                    .if_not_exists()
-                    .col(big_integer(SyncEvents::Id).primary_key())
-                    .col(string_len_uniq(SyncEvents::EventId, 191))
-                    .col(blob(SyncEvents::Payload))
-                    .to_owned(),
-            )
-            .await?;
-        manager
-            .create_table(
-                Table::create()
-                    .table(Inbox::Table)
-                    .if_not_exists()
-                    .col(big_integer(Inbox::UserId))
-                    .col(big_integer(Inbox::SyncSeq))
-                    .col(big_integer(Inbox::EventPk))
-                    .primary_key(Index::create().col(Inbox::UserId).col(Inbox::SyncSeq))
-                    .to_owned(),
-            )
-            .await?;
-        manager
-            .create_table(
-                Table::create()
-                    .table(DeviceCursors::Table)
-                    .if_not_exists()
-                    .col(big_integer(DeviceCursors::UserId))
-                    .col(string_len(DeviceCursors::DeviceId, 64))
-                    .col(big_integer(DeviceCursors::AckedSeq))
-                    .primary_key(
-                        Index::create()
-                            .col(DeviceCursors::UserId)
-                            .col(DeviceCursors::DeviceId),
-                    )
-                    .to_owned(),
-            )
-            .await
     }
 }

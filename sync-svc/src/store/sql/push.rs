@@ -5,13 +5,13 @@ use std::collections::{HashMap, HashSet};
 
 use imesh_kit::error::StoreError;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
-use sea_orm_migration::{prelude::*, schema::*};
+use sea_orm_migration::prelude::*;
 
 use super::reads::ReadStates;
 use crate::domain::{Preview, PushSettings};
 
 #[derive(Iden, Clone, Copy)]
-enum PushSettingsRows {
+pub(super) enum PushSettingsRows {
     #[iden = "push_settings"]
     Table,
     UserId,
@@ -113,32 +113,4 @@ pub(super) async fn muted_among(
         .map(|r| Ok((r.try_get("", "user_id")?, r.try_get("", "conversation_id")?)))
         .collect::<Result<_, DbErr>>()
         .map_err(Into::into)
-}
-
-pub(super) struct CreatePushSettings;
-
-impl MigrationName for CreatePushSettings {
-    fn name(&self) -> &str {
-        "m20261203_000006_push_settings"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for CreatePushSettings {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        use PushSettingsRows as P;
-        manager
-            .create_table(
-                Table::create()
-                    .table(P::Table)
-                    .if_not_exists()
-                    .col(big_integer(P::UserId).primary_key())
-                    .col(integer(P::QuietStartMin))
-                    .col(integer(P::QuietEndMin))
-                    .col(integer(P::UtcOffsetMin))
-                    .col(small_integer(P::Preview))
-                    .to_owned(),
-            )
-            .await
-    }
 }

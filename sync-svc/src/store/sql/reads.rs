@@ -12,13 +12,13 @@ use parking_lot::Mutex;
 use sea_orm::{
     ConnectionTrait, DatabaseBackend, DatabaseConnection, DbErr, QueryResult, Statement,
 };
-use sea_orm_migration::{prelude::*, schema::*};
+use sea_orm_migration::prelude::*;
 
 use super::CHUNK;
 use crate::domain::{Change, ConversationView, Cursor, Settings, StoredEvent};
 
 #[derive(Iden)]
-enum ConversationStates {
+pub(super) enum ConversationStates {
     Table,
     ConversationId,
     MaxSeq,
@@ -543,97 +543,4 @@ pub(super) async fn unread_totals(
         *totals.entry(user).or_default() += latest - std::cmp::max(read, removed);
     }
     Ok(totals)
-}
-
-pub(super) struct CreateConversationState;
-
-impl MigrationName for CreateConversationState {
-    fn name(&self) -> &str {
-        "m20261202_000003_conversation_state"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for CreateConversationState {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        use ConversationStates as C;
-        use ReadStates as R;
-        manager
-            .create_table(
-                Table::create()
-                    .table(C::Table)
-                    .if_not_exists()
-                    .col(string_len(C::ConversationId, 64).primary_key())
-                    .col(big_integer(C::MaxSeq))
-                    .col(blob(C::LastEvent))
-                    .col(big_integer(C::UpdatedAtMs))
-                    .col(big_integer(C::MentionAllSeq))
-                    .col(big_integer(C::LastRecalledBy))
-                    .col(big_integer(C::LastRecalledAtMs))
-                    .to_owned(),
-            )
-            .await?;
-        manager
-            .create_table(
-                Table::create()
-                    .table(R::Table)
-                    .if_not_exists()
-                    .col(big_integer(R::UserId))
-                    .col(string_len(R::ConversationId, 64))
-                    .col(big_integer(R::ReadSeq))
-                    .col(big_integer(R::MentionSeq))
-                    .primary_key(Index::create().col(R::UserId).col(R::ConversationId))
-                    .to_owned(),
-            )
-            .await
-    }
-}
-
-pub(super) struct AddSettings;
-
-impl MigrationName for AddSettings {
-    fn name(&self) -> &str {
-        "m20261202_000004_conversation_settings"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for AddSettings {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let columns = [ReadStates::Pinned, ReadStates::Muted]
-            .map(|column| boolean(column).default(false).to_owned());
-        imesh_kit::sql::add_columns(manager, ReadStates::Table, columns).await
-    }
-}
-
-pub(super) struct AddLastEdit;
-
-impl MigrationName for AddLastEdit {
-    fn name(&self) -> &str {
-        "m20261205_000007_conversation_last_edit"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for AddLastEdit {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let column = blob_null(ConversationStates::LastEdit);
-        imesh_kit::sql::add_columns(manager, ConversationStates::Table, [column]).await
-    }
-}
-
-pub(super) struct AddRemovedSeq;
-
-impl MigrationName for AddRemovedSeq {
-    fn name(&self) -> &str {
-        "m20261205_000008_conversation_removed_seq"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for AddRemovedSeq {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let column = big_integer(ReadStates::RemovedSeq).default(0).to_owned();
-        imesh_kit::sql::add_columns(manager, ReadStates::Table, [column]).await
-    }
 }

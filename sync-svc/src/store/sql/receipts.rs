@@ -7,12 +7,12 @@ use std::collections::HashMap;
 
 use imesh_kit::error::StoreError;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, QueryResult};
-use sea_orm_migration::{prelude::*, schema::*};
+use sea_orm_migration::prelude::*;
 
 use crate::domain::{Change, FIRST_SLOT, Receipt, StoredEvent};
 
 #[derive(Iden)]
-enum Receipts {
+pub(super) enum Receipts {
     Table,
     ConversationId,
     Seq,
@@ -189,49 +189,4 @@ pub(super) async fn unread_by(
         }
     }
     Ok(found)
-}
-
-pub(super) struct CreateReceipts;
-
-impl MigrationName for CreateReceipts {
-    fn name(&self) -> &str {
-        "m20261202_000005_receipts"
-    }
-}
-
-#[async_trait::async_trait]
-impl MigrationTrait for CreateReceipts {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .create_table(
-                Table::create()
-                    .table(Receipts::Table)
-                    .if_not_exists()
-                    .col(string_len(Receipts::ConversationId, 64))
-                    .col(big_integer(Receipts::Seq))
-                    .col(big_integer(Receipts::SenderId))
-                    .col(big_integer(Receipts::MapBound))
-                    .col(big_integer(Receipts::ByteOffset))
-                    .col(big_integer(Receipts::ByteLen))
-                    .primary_key(
-                        Index::create()
-                            .col(Receipts::ConversationId)
-                            .col(Receipts::Seq),
-                    )
-                    .to_owned(),
-            )
-            .await?;
-        manager
-            .create_index(
-                Index::create()
-                    .name("ux_receipts_slot")
-                    .table(Receipts::Table)
-                    .col(Receipts::ConversationId)
-                    .col(Receipts::ByteOffset)
-                    .unique()
-                    .if_not_exists()
-                    .to_owned(),
-            )
-            .await
-    }
 }
