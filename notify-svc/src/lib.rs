@@ -10,6 +10,7 @@
 //! - [`peers`]: the ports over other services (each gateway's `Push`, friend lists, group
 //!   members, offline decisions) and over the company's push webhook.
 //! - [`events`]: the pushed events between their wire form and the domain.
+//! - [`keys`]: every Redis key.
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@
 pub mod api;
 pub mod domain;
 pub mod events;
+pub mod keys;
 pub mod peers;
 pub mod store;
 #[cfg(test)]

@@ -10,21 +10,15 @@ use async_trait::async_trait;
 use fred::{prelude::*, types::ExpireOptions};
 use imesh_kit::{error::StoreError, ids::unix_ms};
 
-use crate::domain::ports::{DeviceRoute, Presence};
+use crate::{
+    domain::ports::{DeviceRoute, Presence},
+    keys,
+};
 
 /// Deletes the field only while it still names the given connection.
 const OFFLINE_IF_SAME_CONN: &str = "local v = redis.call('HGET', KEYS[1], ARGV[1]) \
      if v and string.sub(v, 1, string.len(ARGV[2]) + 1) == ARGV[2] .. '|' then \
        return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0";
-
-fn key(user_id: i64) -> String {
-    format!("{{u:{user_id}}}:devices")
-}
-
-/// The gateways holding members of a read-fanout group: a sorted set scored by expiry.
-fn group_key(group: i64) -> String {
-    format!("{{g:{group}}}:gateways")
-}
 
 #[derive(Clone)]
 pub struct RedisPresence {
@@ -60,7 +54,7 @@ impl Presence for RedisPresence {
             "{}|{expires_at}|{}|{}",
             route.conn_id, route.platform, route.gateway_addr
         );
-        let key = key(route.user_id);
+        let key = keys::devices(route.user_id);
         let client = self.pool.next();
         // Every device uses the same TTL, so the newest refresh outlives every field.
         let (set, expire) = tokio::join!(
@@ -77,7 +71,7 @@ impl Presence for RedisPresence {
             .pool
             .eval(
                 OFFLINE_IF_SAME_CONN,
-                key(user_id),
+                keys::devices(user_id),
                 vec![device_id.to_owned(), conn_id.to_string()],
             )
             .await?;
@@ -88,7 +82,7 @@ impl Presence for RedisPresence {
         let client = self.pool.next();
         let calls = users
             .iter()
-            .map(|u| client.hgetall::<Vec<(String, String)>, _>(key(*u)));
+            .map(|u| client.hgetall::<Vec<(String, String)>, _>(keys::devices(*u)));
         let all = futures::future::try_join_all(calls).await?;
         let now = unix_ms();
         Ok(users
@@ -112,7 +106,7 @@ impl Presence for RedisPresence {
         let expires_at = (now + ttl.as_millis() as i64) as f64;
         let client = self.pool.next();
         let calls = groups.iter().map(|group| {
-            let key = group_key(*group);
+            let key = keys::group_gateways(*group);
             let client = client.clone();
             async move {
                 let _: () = client
@@ -138,7 +132,7 @@ impl Presence for RedisPresence {
         let now = unix_ms() as f64;
         let gateways: Vec<String> = self
             .pool
-            .zrangebyscore(group_key(group), now, f64::INFINITY, false, None)
+            .zrangebyscore(keys::group_gateways(group), now, f64::INFINITY, false, None)
             .await?;
         Ok(gateways)
     }
