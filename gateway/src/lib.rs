@@ -40,7 +40,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig},
     grpc,
-    identity::{Caller, InternalAuth},
+    identity::Caller,
     token::Tokens,
 };
 use imesh_protos::gateway::gateway_service_server::GatewayServiceServer;
@@ -216,16 +216,13 @@ impl Service {
             config: self.config.clone(),
         });
         let stop_grpc = CancellationToken::new();
-        let push = GatewayServiceServer::with_interceptor(
-            connections::PushApi(gateway.connections.clone()),
-            InternalAuth::new(&self.auth.internal_secret),
-        );
+        let push = GatewayServiceServer::new(connections::PushApi(gateway.connections.clone()));
         let mut registry = imesh_kit::metrics::registry("gateway");
         gateway.connections.register(&mut registry);
         gateway.backends.sends.register(&mut registry);
         gateway.admission.register(&mut registry);
         let grpc_server = grpc::Server::new(&self.config.grpc)
-            .add_service(push)
+            .internal(push, &self.auth)
             .metrics(registry)
             .readiness(capacity_probe(&gateway))
             .serve(grpc_listener, stop_grpc.clone().cancelled_owned());

@@ -30,7 +30,7 @@ use std::{sync::Arc, time::Duration};
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
-    identity::{Caller, InternalAuth},
+    identity::Caller,
     ids::{
         Snowflake,
         lease::{NodeBlock, NodeIds},
@@ -262,41 +262,53 @@ impl Service {
         let interval = Duration::from_secs(self.config.recount_interval_secs);
         let recounts = (!interval.is_zero())
             .then(|| tokio::spawn(recount::every(self.api.groups(), interval, self.corrected)));
-        let served = grpc::Server::new(&self.config.grpc)
-            .add_service(GroupServiceServer::with_interceptor(
-                self.api,
-                InternalAuth::new(&self.auth.internal_secret),
-            ))
+        let tasks: Vec<_> = self.invalidations.into_iter().chain(recounts).collect();
+        grpc::Server::new(&self.config.grpc)
+            .internal(GroupServiceServer::new(self.api), &self.auth)
             .readiness(imesh_kit::sql::readiness(&self.db))
             .metrics(self.registry)
+            .then_stop(relay.stop())
+            .then_stop(async move {
+                tasks.iter().for_each(|t| t.abort());
+                Ok(())
+            })
+            .then_stop(async move {
+                keeping.stop().await;
+                Ok(())
+            })
+            .then_stop(imesh_kit::sql::close(self.db))
             .serve(listener, shutdown)
-            .await;
-        relay.stop().await?;
-        for task in self.invalidations.into_iter().chain(recounts) {
-            task.abort();
-        }
-        keeping.stop().await;
-        self.db.close().await?;
-        served
+            .await
     }
 }
 
 /// The `group-svc` program: settings from the file and environment, `migrate` to bring the
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
-    let (settings, _telemetry, migrate) = imesh_kit::cli::start_with_schema::<Config>("group-svc");
-    imesh_kit::cli::require_shared_state("group-svc", settings.replicas, &settings.service.redis);
-    if migrate {
-        return imesh_kit::cli::migrate::<store::sql::Migrator>(
-            "group-svc",
-            &settings.service.database,
-        )
-        .await;
+    imesh_kit::cli::run_with_schema::<Config, store::sql::Migrator, _, _>(
+        "group-svc",
+        |settings, listener| async move {
+            Service::build(settings.service, &settings.auth, settings.node_id)
+                .await?
+                .serve(listener, grpc::shutdown_signal())
+                .await
+        },
+    )
+    .await
+}
+
+impl imesh_kit::cli::ServiceSettings for Config {
+    fn grpc(&self) -> &GrpcConfig {
+        &self.grpc
     }
-    let listener = TcpListener::bind(settings.service.grpc.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "group-svc listening");
-    Service::build(settings.service, &settings.auth, settings.node_id)
-        .await?
-        .serve(listener, imesh_kit::grpc::shutdown_signal())
-        .await
+
+    fn redis(&self) -> &RedisConfig {
+        &self.redis
+    }
+}
+
+impl imesh_kit::cli::DatabaseSettings for Config {
+    fn database(&self) -> &SqlConfig {
+        &self.database
+    }
 }

@@ -1,11 +1,71 @@
-//! What every service binary does before wiring itself: read its settings and start
-//! telemetry. A bad configuration exits with one clear line.
+//! What every service program does around its own wiring: read its settings, start
+//! telemetry, refuse replicas without shared state, run `migrate` or bind its gRPC
+//! listener and serve ([`run`], [`run_with_schema`]). A bad configuration exits with one
+//! clear line.
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use tokio::net::TcpListener;
 
-use crate::config::{AuthConfig, TelemetryConfig};
+use crate::config::{AuthConfig, GrpcConfig, RedisConfig, TelemetryConfig};
+
+/// The sections of a service's own settings the program wiring reads.
+pub trait ServiceSettings: DeserializeOwned + Serialize + Default {
+    fn grpc(&self) -> &GrpcConfig;
+    fn redis(&self) -> &RedisConfig;
+}
+
+/// [`ServiceSettings`] of a service with a database.
+#[cfg(feature = "sql")]
+pub trait DatabaseSettings: ServiceSettings {
+    fn database(&self) -> &crate::config::SqlConfig;
+}
+
+/// The program of a service that keeps no database: settings and telemetry, then `serve`
+/// with the bound gRPC listener.
+pub async fn run<S, F, Fut>(service: &'static str, serve: F) -> anyhow::Result<()>
+where
+    S: ServiceSettings,
+    F: FnOnce(Settings<S>, TcpListener) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let (settings, _telemetry) = start::<S>(service);
+    bind_and_serve(service, settings, serve).await
+}
+
+/// The program of a service with a database: [`run`], or with `migrate`, `M`'s
+/// migrations and exit.
+#[cfg(feature = "sql")]
+pub async fn run_with_schema<S, M, F, Fut>(service: &'static str, serve: F) -> anyhow::Result<()>
+where
+    S: DatabaseSettings,
+    M: sea_orm_migration::MigratorTrait,
+    F: FnOnce(Settings<S>, TcpListener) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let (settings, _telemetry, migrate) = start_with_schema::<S>(service);
+    if migrate {
+        return self::migrate::<M>(service, settings.service.database()).await;
+    }
+    bind_and_serve(service, settings, serve).await
+}
+
+async fn bind_and_serve<S, F, Fut>(
+    service: &'static str,
+    settings: Settings<S>,
+    serve: F,
+) -> anyhow::Result<()>
+where
+    S: ServiceSettings,
+    F: FnOnce(Settings<S>, TcpListener) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    require_shared_state(service, settings.replicas, settings.service.redis());
+    let listener = TcpListener::bind(settings.service.grpc().listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, "{service} listening");
+    serve(settings, listener).await
+}
 
 /// A service binary's whole configuration: the shared sections and its own, flattened, so a
 /// Deployment sets e.g. `IMESH__DATABASE__URL` and `IMESH__AUTH__JWT_SECRET`.

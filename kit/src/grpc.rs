@@ -8,7 +8,9 @@
 //! with the other services when `grpc.tls` names a certificate ([`Peers`] is the client
 //! side).
 //! Shutdown runs in a fixed order: health NOT_SERVING → stop accepting →
-//! drain in-flight requests within the grace period → return (the caller closes pools).
+//! drain in-flight requests within the grace period → the service's own stop steps, in the
+//! order it gave them ([`Server::then_stop`]: relays, background tasks, the node lease,
+//! the database) → return.
 
 use std::{
     convert::Infallible,
@@ -28,18 +30,25 @@ use tokio::net::TcpListener;
 use tonic::{
     body::Body,
     server::NamedService,
-    service::{Routes, RoutesBuilder},
+    service::{Routes, RoutesBuilder, interceptor::InterceptedService},
     transport::{Certificate, ClientTlsConfig, Endpoint, Identity, server::TcpIncoming},
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 use tower::Service;
 
-use crate::{config::GrpcConfig, tls::Tls};
+use crate::{
+    config::{AuthConfig, GrpcConfig},
+    identity::InternalAuth,
+    tls::Tls,
+};
 
 mod keyed;
 mod local;
 pub use keyed::{Keyed, Replica, direct_key, group_key};
 pub use local::Channel;
+
+/// A step of a service's shutdown, run once its server has drained.
+type StopStep = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
 
 /// Answers whether the service's stores are reachable right now.
 pub type Readiness = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
@@ -52,6 +61,7 @@ pub struct Server {
     names: Vec<&'static str>,
     readiness: Option<Readiness>,
     registry: Option<crate::metrics::Registry>,
+    stop_steps: Vec<StopStep>,
 }
 
 impl Server {
@@ -62,6 +72,7 @@ impl Server {
             names: Vec::new(),
             readiness: None,
             registry: None,
+            stop_steps: Vec::new(),
         }
     }
 
@@ -88,14 +99,60 @@ impl Server {
         self
     }
 
+    /// Mounts a service only other imesh services may call: every request must carry the
+    /// deployment's internal credential ([`InternalAuth`]).
+    pub fn internal<S>(self, svc: S, auth: &AuthConfig) -> Self
+    where
+        S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+            + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        self.add_service(InterceptedService::new(
+            svc,
+            InternalAuth::new(&auth.internal_secret),
+        ))
+    }
+
+    /// Runs `step` once the server has drained (or failed), after the steps added before
+    /// it; [`Server::serve`] returns the server's error, else the first step's.
+    pub fn then_stop(
+        mut self,
+        step: impl Future<Output = anyhow::Result<()>> + Send + 'static,
+    ) -> Self {
+        self.stop_steps.push(Box::pin(step));
+        self
+    }
+
     /// Polls `probe` every few seconds; while it answers false, health reports NOT_SERVING.
     pub fn readiness(mut self, probe: Readiness) -> Self {
         self.readiness = Some(probe);
         self
     }
 
-    /// Serves on `listener` until `shutdown` completes, then drains within the grace period.
+    /// Serves on `listener` until `shutdown` completes, then drains within the grace period
+    /// and runs the stop steps.
     pub async fn serve(
+        mut self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> anyhow::Result<()> {
+        let steps = std::mem::take(&mut self.stop_steps);
+        let served = self.serve_until(listener, shutdown).await;
+        let mut stopped = Ok(());
+        for step in steps {
+            let result = step.await;
+            if stopped.is_ok() {
+                stopped = result;
+            }
+        }
+        served.and(stopped)
+    }
+
+    async fn serve_until(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
@@ -670,6 +727,41 @@ mod tests {
         })
         .await;
         serving.abort();
+    }
+
+    #[tokio::test]
+    async fn stop_steps_run_in_order_once_drained_and_a_failure_skips_none() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let ran = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let step = |n: u32, fails: bool| {
+            let ran = ran.clone();
+            async move {
+                ran.lock().push(n);
+                if fails {
+                    anyhow::bail!("step {n} failed");
+                }
+                Ok(())
+            }
+        };
+        let server = tokio::spawn(
+            Server::new(&GrpcConfig::on(addr))
+                .then_stop(step(1, false))
+                .then_stop(step(2, true))
+                .then_stop(step(3, true))
+                .serve(listener, stop.clone().cancelled_owned()),
+        );
+        check(channel(&addr.to_string()).unwrap()).await.unwrap();
+        assert!(ran.lock().is_empty(), "no step runs while serving");
+        stop.cancel();
+        let e = server.await.unwrap().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "step 2 failed",
+            "the first failure is returned"
+        );
+        assert_eq!(*ran.lock(), vec![1, 2, 3]);
     }
 
     #[tokio::test]

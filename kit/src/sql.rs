@@ -118,6 +118,11 @@ pub async fn add_columns(
     Ok(())
 }
 
+/// Closes `db`: the last of a service's stop steps ([`crate::grpc::Server::then_stop`]).
+pub async fn close(db: DatabaseConnection) -> anyhow::Result<()> {
+    Ok(db.close().await?)
+}
+
 /// A readiness probe for [`crate::grpc::Server::readiness`]: ready while `db` answers.
 pub fn readiness(db: &DatabaseConnection) -> crate::grpc::Readiness {
     let db = db.clone();
@@ -192,64 +197,64 @@ pub fn upsert(
     merges: &[Merge<'_>],
     rows: Vec<Vec<sea_orm::Value>>,
 ) -> sea_orm::Statement {
-    use sea_orm::DatabaseBackend::{MySql, Postgres};
-    let mut values = Vec::with_capacity(rows.len() * columns.len());
-    let mut tuples = Vec::with_capacity(rows.len());
+    backend.build(&upsert_query(backend, table, columns, key, merges, rows))
+}
+
+/// [`upsert`] as a sea-query statement, for callers that add to it (e.g. `RETURNING`).
+pub fn upsert_query(
+    backend: sea_orm::DatabaseBackend,
+    table: &str,
+    columns: &[&str],
+    key: &[&str],
+    merges: &[Merge<'_>],
+    rows: Vec<Vec<sea_orm::Value>>,
+) -> sea_orm::sea_query::InsertStatement {
+    use sea_orm::sea_query::{Alias, Expr, ExprTrait as _, Func, OnConflict, Query};
+    let mut insert = Query::insert();
+    insert
+        .into_table(Alias::new(table))
+        .columns(columns.iter().map(|c| Alias::new(*c)));
     for row in rows {
         debug_assert_eq!(row.len(), columns.len());
-        let marks: Vec<String> = (0..row.len())
-            .map(|i| match backend {
-                Postgres => format!("${}", values.len() + i + 1),
-                _ => "?".to_owned(),
-            })
-            .collect();
-        tuples.push(format!("({})", marks.join(", ")));
-        values.extend(row);
+        insert.values_panic(row.into_iter().map(Expr::from));
     }
-    // (stored, new) spellings of a column. MySQL evaluates assignments left to right, each
-    // seeing the ones before, so every NewerBy goes before the Greatest it compares with.
-    let old = |col: &str| match backend {
-        MySql => col.to_owned(),
-        _ => format!("{table}.{col}"),
+    // The stored and the new value of a column. MySQL has no `excluded` table: the new
+    // value is VALUES(col), and its assignments run left to right, each seeing the ones
+    // before, so every NewerBy goes before the Greatest it compares with.
+    let mysql = backend == sea_orm::DatabaseBackend::MySql;
+    let stored = |col: &str| -> Expr {
+        if mysql {
+            Expr::col(Alias::new(col))
+        } else {
+            Expr::col((Alias::new(table), Alias::new(col)))
+        }
     };
-    let new = |col: &str| match backend {
-        MySql => format!("VALUES({col})"),
-        _ => format!("excluded.{col}"),
+    let new = |col: &str| -> Expr {
+        if mysql {
+            Func::cust("VALUES").arg(Expr::col(Alias::new(col))).into()
+        } else {
+            Expr::col((Alias::new("excluded"), Alias::new(col)))
+        }
     };
-    let greatest = match backend {
-        MySql | Postgres => "GREATEST",
-        _ => "max",
-    };
+    let mut conflict = OnConflict::columns(key.iter().map(|c| Alias::new(*c)));
+    if merges.is_empty() {
+        conflict.do_nothing_on([Alias::new(key[0])]);
+    }
     let mut ordered: Vec<&Merge<'_>> = merges.iter().collect();
     ordered.sort_by_key(|m| matches!(m, Merge::Greatest(_)));
-    let updates: Vec<String> = ordered
-        .into_iter()
-        .map(|merge| match *merge {
-            Merge::Greatest(col) => format!("{col} = {greatest}({}, {})", old(col), new(col)),
-            Merge::Add(col) => format!("{col} = {} + {}", old(col), new(col)),
-            Merge::NewerBy { column, by } => format!(
-                "{column} = CASE WHEN {} > {} THEN {} ELSE {} END",
-                new(by),
-                old(by),
-                new(column),
-                old(column)
+    for merge in ordered {
+        let (column, value) = match *merge {
+            Merge::Greatest(col) => (col, Func::greatest([stored(col), new(col)]).into()),
+            Merge::Add(col) => (col, stored(col).add(new(col))),
+            Merge::NewerBy { column, by } => (
+                column,
+                Expr::case(new(by).gt(stored(by)), new(column))
+                    .finally(stored(column))
+                    .into(),
             ),
-        })
-        .collect();
-    let conflict = match (backend, updates.is_empty()) {
-        (MySql, true) => format!("ON DUPLICATE KEY UPDATE {0} = {0}", key[0]),
-        (MySql, false) => format!("ON DUPLICATE KEY UPDATE {}", updates.join(", ")),
-        (_, true) => format!("ON CONFLICT ({}) DO NOTHING", key.join(", ")),
-        (_, false) => format!(
-            "ON CONFLICT ({}) DO UPDATE SET {}",
-            key.join(", "),
-            updates.join(", ")
-        ),
-    };
-    let sql = format!(
-        "INSERT INTO {table} ({}) VALUES {} {conflict}",
-        columns.join(", "),
-        tuples.join(", "),
-    );
-    sea_orm::Statement::from_sql_and_values(backend, sql, values)
+        };
+        conflict.value(Alias::new(column), value);
+    }
+    insert.on_conflict(conflict);
+    insert
 }

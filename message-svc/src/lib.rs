@@ -26,7 +26,7 @@ use std::sync::Arc;
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
-    identity::{Caller, InternalAuth},
+    identity::Caller,
     ids::lease::{NodeBlock, NodeIds},
     outbox::{Relay, RelayMetrics, SqlOutbox},
     seq::{Counters, MemoryCounters, RedisCounters, SeqAllocator, SqlCeilings},
@@ -250,20 +250,22 @@ impl Service {
             std::time::Duration::from_millis(self.config.reaction_flush_ms.max(1)),
         ));
         let api = api::MessageApi::new(self.messages);
-        let served = grpc::Server::new(&self.config.grpc)
-            .add_service(MessageServiceServer::with_interceptor(
-                api,
-                InternalAuth::new(&self.auth.internal_secret),
-            ))
+        grpc::Server::new(&self.config.grpc)
+            .internal(MessageServiceServer::new(api), &self.auth)
             .readiness(imesh_kit::sql::readiness(&self.db))
             .metrics(self.registry)
+            .then_stop(async move {
+                flushing.abort();
+                Ok(())
+            })
+            .then_stop(relay.stop())
+            .then_stop(async move {
+                keeping.stop().await;
+                Ok(())
+            })
+            .then_stop(imesh_kit::sql::close(self.db))
             .serve(listener, shutdown)
-            .await;
-        flushing.abort();
-        relay.stop().await?;
-        keeping.stop().await;
-        self.db.close().await?;
-        served
+            .await
     }
 }
 
@@ -282,20 +284,30 @@ async fn flush_reactions(messages: Arc<domain::Messages>, every: std::time::Dura
 /// The `message-svc` program: settings from the file and environment, `migrate` to bring the
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
-    let (settings, _telemetry, migrate) =
-        imesh_kit::cli::start_with_schema::<Config>("message-svc");
-    imesh_kit::cli::require_shared_state("message-svc", settings.replicas, &settings.service.redis);
-    if migrate {
-        return imesh_kit::cli::migrate::<store::sql::Migrator>(
-            "message-svc",
-            &settings.service.database,
-        )
-        .await;
+    imesh_kit::cli::run_with_schema::<Config, store::sql::Migrator, _, _>(
+        "message-svc",
+        |settings, listener| async move {
+            Service::build(settings.service, &settings.auth, settings.node_id)
+                .await?
+                .serve(listener, grpc::shutdown_signal())
+                .await
+        },
+    )
+    .await
+}
+
+impl imesh_kit::cli::ServiceSettings for Config {
+    fn grpc(&self) -> &GrpcConfig {
+        &self.grpc
     }
-    let listener = TcpListener::bind(settings.service.grpc.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "message-svc listening");
-    Service::build(settings.service, &settings.auth, settings.node_id)
-        .await?
-        .serve(listener, imesh_kit::grpc::shutdown_signal())
-        .await
+
+    fn redis(&self) -> &RedisConfig {
+        &self.redis
+    }
+}
+
+impl imesh_kit::cli::DatabaseSettings for Config {
+    fn database(&self) -> &SqlConfig {
+        &self.database
+    }
 }

@@ -29,7 +29,7 @@ use std::{sync::Arc, time::Duration};
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig},
     grpc,
-    identity::{Caller, InternalAuth},
+    identity::Caller,
 };
 use imesh_protos::notify::notify_service_server::NotifyServiceServer;
 use serde::{Deserialize, Serialize};
@@ -156,10 +156,7 @@ impl Service {
     ) -> anyhow::Result<()> {
         let api = api::NotifyApi::new(self.router, self.typing, self.watch);
         let mut server = grpc::Server::new(&self.config.grpc)
-            .add_service(NotifyServiceServer::with_interceptor(
-                api,
-                InternalAuth::new(&self.auth.internal_secret),
-            ))
+            .internal(NotifyServiceServer::new(api), &self.auth)
             .metrics(self.registry);
         if let Some(pool) = self.redis.clone() {
             server = server.readiness(Arc::new(move || {
@@ -173,12 +170,21 @@ impl Service {
 
 /// The `notify-svc` program: settings from the file and environment; serves until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
-    let (settings, _telemetry) = imesh_kit::cli::start::<Config>("notify-svc");
-    imesh_kit::cli::require_shared_state("notify-svc", settings.replicas, &settings.service.redis);
-    let listener = TcpListener::bind(settings.service.grpc.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "notify-svc listening");
-    Service::build(settings.service, &settings.auth)
-        .await?
-        .serve(listener, imesh_kit::grpc::shutdown_signal())
-        .await
+    imesh_kit::cli::run::<Config, _, _>("notify-svc", |settings, listener| async move {
+        Service::build(settings.service, &settings.auth)
+            .await?
+            .serve(listener, grpc::shutdown_signal())
+            .await
+    })
+    .await
+}
+
+impl imesh_kit::cli::ServiceSettings for Config {
+    fn grpc(&self) -> &GrpcConfig {
+        &self.grpc
+    }
+
+    fn redis(&self) -> &RedisConfig {
+        &self.redis
+    }
 }

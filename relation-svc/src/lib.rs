@@ -28,7 +28,7 @@ use std::{sync::Arc, time::Duration};
 use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
-    identity::{Caller, InternalAuth},
+    identity::Caller,
     ids::{
         Snowflake,
         lease::{NodeBlock, NodeIds},
@@ -238,44 +238,49 @@ impl Service {
         let keeping = self.node.keep();
         let [events, renames] = self.relays;
         let (events, renames) = (events.spawn(), renames.spawn());
-        let served = grpc::Server::new(&self.config.grpc)
-            .add_service(RelationServiceServer::with_interceptor(
-                self.api,
-                InternalAuth::new(&self.auth.internal_secret),
-            ))
+        grpc::Server::new(&self.config.grpc)
+            .internal(RelationServiceServer::new(self.api), &self.auth)
             .readiness(imesh_kit::sql::readiness(&self.db))
             .metrics(self.registry)
+            .then_stop(events.stop())
+            .then_stop(renames.stop())
+            .then_stop(async move {
+                keeping.stop().await;
+                Ok(())
+            })
+            .then_stop(imesh_kit::sql::close(self.db))
             .serve(listener, shutdown)
-            .await;
-        events.stop().await?;
-        renames.stop().await?;
-        keeping.stop().await;
-        self.db.close().await?;
-        served
+            .await
     }
 }
 
 /// The `relation-svc` program: settings from the file and environment, `migrate` to bring the
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
-    let (settings, _telemetry, migrate) =
-        imesh_kit::cli::start_with_schema::<Config>("relation-svc");
-    imesh_kit::cli::require_shared_state(
+    imesh_kit::cli::run_with_schema::<Config, store::sql::Migrator, _, _>(
         "relation-svc",
-        settings.replicas,
-        &settings.service.redis,
-    );
-    if migrate {
-        return imesh_kit::cli::migrate::<store::sql::Migrator>(
-            "relation-svc",
-            &settings.service.database,
-        )
-        .await;
+        |settings, listener| async move {
+            Service::build(settings.service, &settings.auth, settings.node_id)
+                .await?
+                .serve(listener, grpc::shutdown_signal())
+                .await
+        },
+    )
+    .await
+}
+
+impl imesh_kit::cli::ServiceSettings for Config {
+    fn grpc(&self) -> &GrpcConfig {
+        &self.grpc
     }
-    let listener = TcpListener::bind(settings.service.grpc.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "relation-svc listening");
-    Service::build(settings.service, &settings.auth, settings.node_id)
-        .await?
-        .serve(listener, imesh_kit::grpc::shutdown_signal())
-        .await
+
+    fn redis(&self) -> &RedisConfig {
+        &self.redis
+    }
+}
+
+impl imesh_kit::cli::DatabaseSettings for Config {
+    fn database(&self) -> &SqlConfig {
+        &self.database
+    }
 }

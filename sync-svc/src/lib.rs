@@ -30,7 +30,7 @@ use imesh_kit::{
     config::{AuthConfig, GrpcConfig, RedisConfig, SqlConfig},
     grpc,
     hooks::{Hook, Signing},
-    identity::{Caller, InternalAuth},
+    identity::Caller,
     ids::lease::{NodeBlock, NodeIds},
     outbox::{Relay, RelayMetrics, SqlOutbox, WebhookSink},
 };
@@ -171,24 +171,28 @@ impl Service {
         ));
         let webhooks = self.webhooks.map(Relay::spawn);
         let api = api::SyncApi::new(self.inboxes);
-        let served = grpc::Server::new(&self.config.grpc)
-            .add_service(SyncServiceServer::with_interceptor(
-                api,
-                InternalAuth::new(&self.auth.internal_secret),
-            ))
+        grpc::Server::new(&self.config.grpc)
+            .internal(SyncServiceServer::new(api), &self.auth)
             .readiness(imesh_kit::sql::readiness(&self.db))
             .metrics(self.registry)
+            .then_stop(async move {
+                stop.cancel();
+                purging.await?;
+                Ok(counting.await?)
+            })
+            .then_stop(async move {
+                match webhooks {
+                    Some(relay) => relay.stop().await,
+                    None => Ok(()),
+                }
+            })
+            .then_stop(async move {
+                keeping.stop().await;
+                Ok(())
+            })
+            .then_stop(imesh_kit::sql::close(self.db))
             .serve(listener, shutdown)
-            .await;
-        stop.cancel();
-        purging.await?;
-        counting.await?;
-        if let Some(relay) = webhooks {
-            relay.stop().await?;
-        }
-        keeping.stop().await;
-        self.db.close().await?;
-        served
+            .await
     }
 }
 
@@ -236,19 +240,30 @@ async fn purge_hourly(
 /// The `sync-svc` program: settings from the file and environment, `migrate` to bring the
 /// schema up to date and stop, otherwise serve until SIGTERM.
 pub async fn run_binary() -> anyhow::Result<()> {
-    let (settings, _telemetry, migrate) = imesh_kit::cli::start_with_schema::<Config>("sync-svc");
-    imesh_kit::cli::require_shared_state("sync-svc", settings.replicas, &settings.service.redis);
-    if migrate {
-        return imesh_kit::cli::migrate::<store::sql::Migrator>(
-            "sync-svc",
-            &settings.service.database,
-        )
-        .await;
+    imesh_kit::cli::run_with_schema::<Config, store::sql::Migrator, _, _>(
+        "sync-svc",
+        |settings, listener| async move {
+            Service::build(settings.service, &settings.auth, settings.node_id)
+                .await?
+                .serve(listener, grpc::shutdown_signal())
+                .await
+        },
+    )
+    .await
+}
+
+impl imesh_kit::cli::ServiceSettings for Config {
+    fn grpc(&self) -> &GrpcConfig {
+        &self.grpc
     }
-    let listener = TcpListener::bind(settings.service.grpc.listen).await?;
-    tracing::info!(addr = %listener.local_addr()?, "sync-svc listening");
-    Service::build(settings.service, &settings.auth, settings.node_id)
-        .await?
-        .serve(listener, imesh_kit::grpc::shutdown_signal())
-        .await
+
+    fn redis(&self) -> &RedisConfig {
+        &self.redis
+    }
+}
+
+impl imesh_kit::cli::DatabaseSettings for Config {
+    fn database(&self) -> &SqlConfig {
+        &self.database
+    }
 }

@@ -1,7 +1,7 @@
 //! Ceilings in SQL: `seq_ceilings(name, ceiling)`, raised with a max() upsert.
 
 use async_trait::async_trait;
-use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection};
 use sea_orm_migration::{prelude::*, schema::*};
 
 use super::Ceilings;
@@ -23,15 +23,12 @@ impl SqlCeilings {
 #[async_trait]
 impl Ceilings for SqlCeilings {
     async fn get(&self, key: &str) -> Result<i64, StoreError> {
-        let backend = self.db.get_database_backend();
-        let sql = match backend {
-            DatabaseBackend::Postgres => "SELECT ceiling FROM seq_ceilings WHERE name = $1",
-            _ => "SELECT ceiling FROM seq_ceilings WHERE name = ?",
-        };
-        let row = self
-            .db
-            .query_one_raw(Statement::from_sql_and_values(backend, sql, [key.into()]))
-            .await?;
+        let query = Query::select()
+            .column(Alias::new("ceiling"))
+            .from(Alias::new(TABLE))
+            .and_where(Expr::col(Alias::new("name")).eq(key))
+            .to_owned();
+        let row = self.db.query_one(&query).await?;
         Ok(match row {
             Some(row) => row.try_get::<i64>("", "ceiling")?,
             None => 0,

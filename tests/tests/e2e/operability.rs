@@ -256,3 +256,55 @@ async fn every_service_reports_its_own_work_for_prometheus() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn every_internal_api_refuses_a_call_without_the_deployments_credential() {
+    use imesh_protos::{
+        gateway::{KickRequest, gateway_service_client::GatewayServiceClient},
+        group::{MemberIdsRequest, group_service_client::GroupServiceClient},
+        message::{ConversationSeqRequest, message_service_client::MessageServiceClient},
+        notify::{QueryPresenceRequest, notify_service_client::NotifyServiceClient},
+        relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
+        sync::{PullRequest, sync_service_client::SyncServiceClient},
+    };
+    let env = TestCluster::start(Stores::Embedded).await;
+    let a = env.cluster.addrs;
+    let refusals = [
+        RelationServiceClient::new(env.channel(a.relation))
+            .get_users(GetUsersRequest::default())
+            .await
+            .map(drop),
+        GroupServiceClient::new(env.channel(a.group))
+            .member_ids(MemberIdsRequest::default())
+            .await
+            .map(drop),
+        MessageServiceClient::new(env.channel(a.message))
+            .conversation_seq(ConversationSeqRequest::default())
+            .await
+            .map(drop),
+        SyncServiceClient::new(env.channel(a.sync))
+            .pull(PullRequest::default())
+            .await
+            .map(drop),
+        NotifyServiceClient::new(env.channel(a.notify))
+            .query_presence(QueryPresenceRequest::default())
+            .await
+            .map(drop),
+        GatewayServiceClient::new(env.channel(a.gateway_grpc))
+            .kick(KickRequest::default())
+            .await
+            .map(drop),
+    ];
+    for (i, refusal) in refusals.into_iter().enumerate() {
+        let status = refusal.expect_err("a call without x-imesh-internal");
+        assert_eq!(
+            status.code(),
+            tonic::Code::Unauthenticated,
+            "#{i}: {status:?}"
+        );
+        assert!(
+            status.message().contains("x-imesh-internal"),
+            "#{i}: {status:?}"
+        );
+    }
+}

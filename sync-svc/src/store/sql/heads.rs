@@ -68,7 +68,7 @@ pub(super) async fn advance(
     let mut before = HashMap::with_capacity(counts.len());
     for chunk in counts.chunks(CHUNK) {
         let rows = chunk.iter().map(|(u, c)| vec![(*u).into(), (*c).into()]);
-        let mut advance = imesh_kit::sql::upsert(
+        let mut advance = imesh_kit::sql::upsert_query(
             backend,
             "inbox_heads",
             &["user_id", "last_seq"],
@@ -77,10 +77,11 @@ pub(super) async fn advance(
             rows.collect(),
         );
         let heads = if backend == DatabaseBackend::Postgres {
-            advance.sql.push_str(" RETURNING user_id, last_seq");
-            txn.query_all_raw(advance).await?
+            advance
+                .returning(Query::returning().columns([InboxHeads::UserId, InboxHeads::LastSeq]));
+            txn.query_all(&advance).await?
         } else {
-            txn.execute_raw(advance).await?;
+            txn.execute(&advance).await?;
             let users: Vec<i64> = chunk.iter().map(|(u, _)| *u).collect();
             txn.query_all(&select(&users)).await?
         };
