@@ -11,6 +11,7 @@ use bytes::Bytes;
 use imesh_kit::{error::StoreError, ids::Snowflake, metrics::Registry};
 use prometheus_client::metrics::histogram::Histogram;
 
+pub mod marks;
 pub mod ports;
 mod push;
 mod reads;

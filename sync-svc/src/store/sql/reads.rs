@@ -15,7 +15,10 @@ use sea_orm::{
 use sea_orm_migration::prelude::*;
 
 use super::CHUNK;
-use crate::domain::{Change, ConversationView, Cursor, Settings, StoredEvent};
+use crate::domain::{
+    ConversationView, Cursor, Settings, StoredEvent,
+    marks::{self, MarkPlan},
+};
 
 #[derive(Iden)]
 pub(super) enum ConversationStates {
@@ -71,15 +74,6 @@ impl KnownStates {
     }
 }
 
-/// A batch's newest message of one conversation, and its latest @all.
-#[derive(Default)]
-struct Latest<'a> {
-    seq: i64,
-    time_ms: i64,
-    payload: &'a [u8],
-    mention_all_seq: i64,
-}
-
 /// The statements that apply the events' marks, for their append transaction, and the
 /// read states they create, to remember once the transaction commits.
 pub(super) fn marks(
@@ -88,56 +82,14 @@ pub(super) fn marks(
     known: &KnownStates,
 ) -> (Vec<Statement>, Vec<(i64, String)>) {
     let mut statements = Vec::new();
-    let mut latest: HashMap<&str, Latest<'_>> = HashMap::new();
-    let mut starts: HashMap<(i64, &str), i64> = HashMap::new();
-    let mut raised: HashMap<(i64, &str), (i64, i64)> = HashMap::new();
-    let mut recalls = Vec::new();
-    let mut edits = Vec::new();
-    for event in events {
-        let Some(mark) = &event.mark else { continue };
-        let conversation = mark.conversation_id.as_str();
-        match &mark.change {
-            Change::Message {
-                sender,
-                time_ms,
-                mentioned,
-                mention_all,
-                ..
-            } => {
-                let newest = latest.entry(conversation).or_default();
-                if mark.seq > newest.seq {
-                    (newest.seq, newest.time_ms) = (mark.seq, *time_ms);
-                    newest.payload = &event.payload;
-                }
-                if *mention_all {
-                    newest.mention_all_seq = std::cmp::max(newest.mention_all_seq, mark.seq);
-                }
-                // Read fanout writes no entries: its mentioned members get read states too.
-                let users = event.recipients.iter().chain(mentioned);
-                for user in users {
-                    if !known.contains(*user, conversation) {
-                        let start = starts.entry((*user, conversation)).or_insert(i64::MAX);
-                        *start = std::cmp::min(*start, mark.seq - 1);
-                    }
-                }
-                let mut raise = |user: i64, read: i64, mention: i64| {
-                    let entry = raised.entry((user, conversation)).or_insert((0, 0));
-                    *entry = (
-                        std::cmp::max(entry.0, read),
-                        std::cmp::max(entry.1, mention),
-                    );
-                };
-                if *sender > 0 {
-                    raise(*sender, mark.seq, 0);
-                }
-                for user in mentioned {
-                    raise(*user, 0, mark.seq);
-                }
-            }
-            Change::Recall { by, at_ms } => recalls.push((conversation, mark.seq, *by, *at_ms)),
-            Change::Edit { event } => edits.push((conversation, mark.seq, event)),
-        }
-    }
+    let MarkPlan {
+        latest,
+        mut starts,
+        raised,
+        recalls,
+        edits,
+    } = marks::plan(events);
+    starts.retain(|(user, conversation), _| !known.contains(*user, conversation));
     let rows: Vec<Vec<sea_orm::Value>> = latest
         .iter()
         .map(|(conversation, newest)| {
