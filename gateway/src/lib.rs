@@ -18,6 +18,7 @@
 //! - [`Service`]: builds all of it from [`Config`] and serves both listeners.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
 
 pub mod acks;
 pub mod admission;
@@ -35,6 +36,8 @@ pub mod window;
 pub mod writer;
 pub mod ws;
 
+// The program's allocator, set in main.rs.
+use mimalloc as _;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use imesh_kit::{

@@ -17,6 +17,7 @@
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
 
 pub mod api;
 pub mod domain;
@@ -25,6 +26,8 @@ pub mod keys;
 pub mod peers;
 pub mod store;
 
+// The program's allocator, set in main.rs.
+use mimalloc as _;
 use std::{sync::Arc, time::Duration};
 
 use imesh_kit::{

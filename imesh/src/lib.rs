@@ -7,6 +7,10 @@
 //! - [`cli`]: the command line (`imesh up`, `imesh bench`); `main.rs` only calls it.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
+
+// The program's allocator, set in main.rs.
+use mimalloc as _;
 
 pub mod bench;
 pub mod cli;

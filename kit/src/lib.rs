@@ -17,6 +17,7 @@
 //! The kit picks no allocator: each program sets its own (mimalloc, in its `main.rs`).
 
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
 
 pub mod cli;
 pub mod config;

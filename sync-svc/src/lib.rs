@@ -15,6 +15,7 @@
 //! - [`Service`]: builds all of it from [`Config`] and serves it on a listener.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
 
 pub mod api;
 pub mod domain;
@@ -23,6 +24,8 @@ pub mod keys;
 pub mod peers;
 pub mod store;
 
+// The program's allocator, set in main.rs.
+use mimalloc as _;
 use std::{sync::Arc, time::Duration};
 
 use domain::ReceiptBits;
