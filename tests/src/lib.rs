@@ -235,12 +235,13 @@ impl TestCluster {
     }
 }
 
-/// Polls `check` until it returns `Some`, failing the test after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
+/// Polls `check` until it returns `Some`, failing the test after `timeout`. `check` may
+/// borrow mutably what it polls through (`async || { device.pull(…).await … }`).
+pub async fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Some(value) = check().await {

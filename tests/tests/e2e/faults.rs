@@ -18,7 +18,7 @@ use imesh_protos::{
     relation::{CreateUserRequest, relation_service_client::RelationServiceClient},
     sync::{PullRequest, sync_event::Kind, sync_service_client::SyncServiceClient},
 };
-use imesh_tests::{INTERNAL_SECRET, JWT_SECRET, PATIENCE};
+use imesh_tests::{INTERNAL_SECRET, JWT_SECRET, PATIENCE, eventually};
 use tokio::{net::TcpListener, sync::oneshot};
 
 /// A listener on a free loopback port.
@@ -224,8 +224,7 @@ async fn sends_made_while_sync_svc_is_down_reach_the_inbox_once_it_is_back() {
         })
     });
     let mut inbox = SyncServiceClient::new(channel(sync_addr));
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let seqs = loop {
+    let seqs = eventually("the relay catching up", PATIENCE, async || {
         let pulled = inbox
             .pull(caller.request(
                 Actor::User(user),
@@ -244,15 +243,9 @@ async fn sends_made_while_sync_svc_is_down_reach_the_inbox_once_it_is_back() {
                 _ => None,
             })
             .collect();
-        if seqs.len() >= 100 {
-            break seqs;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the relay never caught up: {seqs:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+        (seqs.len() >= 100).then_some(seqs)
+    })
+    .await;
     assert_eq!(
         seqs,
         (1..=100).collect::<Vec<i64>>(),

@@ -109,21 +109,17 @@ impl Seen {
 
     /// Pulls after the cursor until the message `client_msg_id` from `sender` is there.
     async fn caught_up(&mut self, sender: i64, client_msg_id: &str) {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        while !self.from(sender).iter().any(|id| id == client_msg_id) {
+        eventually(client_msg_id, PATIENCE, async || {
             let page = self.device.pull(self.cursor()).await;
-            let empty = page.entries.is_empty();
             for entry in page.entries {
                 self.entries.insert(entry.sync_seq, entry);
             }
-            if empty {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "{client_msg_id} never came"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-        }
+            self.from(sender)
+                .iter()
+                .any(|id| id == client_msg_id)
+                .then_some(())
+        })
+        .await;
     }
 }
 
@@ -260,19 +256,13 @@ async fn a_slow_reader_is_disconnected_while_its_neighbour_keeps_being_served() 
     let mut back = env.signed_in(&slow_token, "slow-1").await;
     let mut texts = 0;
     let mut cursor = 0;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while texts < flooded {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{texts} of {flooded} in the inbox"
-        );
+    eventually("every flooded text in the inbox", PATIENCE, async || {
         let page = back.pull(cursor).await;
-        if page.entries.is_empty() {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
         cursor = page.entries.last().map_or(cursor, |e| e.sync_seq);
         texts += page.entries.iter().filter(|e| is_text(e)).count();
-    }
+        (texts >= flooded).then_some(())
+    })
+    .await;
     assert_eq!(texts, flooded, "nothing more, nothing twice");
 }
 

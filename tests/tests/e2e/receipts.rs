@@ -14,7 +14,7 @@ use imesh_protos::{
         sync_event::Kind,
     },
 };
-use imesh_tests::{Device, Stores, TestCluster};
+use imesh_tests::{Device, PATIENCE, Stores, TestCluster, eventually};
 use tonic::Code;
 
 fn asking(client_msg_id: &str, to: To) -> SendRequest {
@@ -145,8 +145,7 @@ async fn scenario(stores: Stores) {
         .await
         .unwrap();
     let (_, reader) = &mut members[1];
-    let deadline = tokio::time::Instant::now() + imesh_tests::PATIENCE;
-    let counted = loop {
+    let counted = eventually("the quit reader no longer counted", PATIENCE, async || {
         let request = ReceiptCountsRequest {
             conversation_id: conversation.clone(),
             seqs: vec![sent.seq],
@@ -157,15 +156,9 @@ async fn scenario(stores: Stores) {
         let Body::ReceiptCounts(reply) = reader.reply(id).await else {
             panic!("{stores:?}: counts refused")
         };
-        if let Some(count) = reply.counts.into_iter().find(|c| c.total == 4) {
-            break count;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{stores:?}: the quit reader still counts"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+        reply.counts.into_iter().find(|c| c.total == 4)
+    })
+    .await;
     assert_eq!(counted.read, 4, "{stores:?}");
 
     // Receipts where there are none: a direct message, a conversation that is not a group.

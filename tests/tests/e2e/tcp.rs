@@ -9,7 +9,7 @@ use imesh_protos::{
     notify::QueryPresenceRequest,
     sync::sync_event::Kind,
 };
-use imesh_tests::{Device, Stores, TestCluster, device::tcp_header};
+use imesh_tests::{Device, PATIENCE, Stores, TestCluster, device::tcp_header, eventually};
 use prost::Message as _;
 use tonic::Code;
 
@@ -156,21 +156,14 @@ async fn tcp_and_websocket_devices_talk_and_broken_tcp_framing_ends_only_its_con
         ]
     );
     a.close().await;
-    let deadline = tokio::time::Instant::now() + imesh_tests::PATIENCE;
-    loop {
+    eventually("alice offline", PATIENCE, async || {
         let id = b.send_frame(query(vec![alice])).await;
         let Body::Presence(seen) = b.reply(id).await else {
             panic!("presence refused")
         };
-        if !seen.users[0].online {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "alice never went offline"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+        (!seen.users[0].online).then_some(())
+    })
+    .await;
     let id = b.send_frame(query(vec![])).await;
     match b.reply(id).await {
         Body::Error(e) => assert_eq!(e.field, "user_ids", "{e:?}"),
