@@ -7,7 +7,7 @@
 #![no_main]
 
 use bytes::BytesMut;
-use gateway::tcp::{FrameCodec, HEADER_LEN, frame_command};
+use gateway::transport::tcp::{FrameCodec, HEADER_LEN, frame_command};
 use imesh_protos::gateway::ClientFrame;
 use libfuzzer_sys::fuzz_target;
 use prost::Message as _;

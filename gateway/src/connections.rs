@@ -25,7 +25,7 @@ use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::{admission::Overflow, frames, window::Out};
+use crate::{admission::Overflow, transport::frames, transport::window::Out};
 
 /// What the rest of the gateway holds of one connection.
 #[derive(Clone)]

@@ -2,39 +2,29 @@
 //! to the services and writes pushes from notify-svc back to them.
 //!
 //! # Layout
-//! - [`ws`]: the WebSocket transport (`/ws`, one protobuf frame per binary message).
-//! - [`tcp`]: the TCP transport (a 12-byte header before each protobuf frame).
-//! - [`link`]: one connection's life over either: auth, presence, requests, writes.
+//! - [`transport`]: client connections: the WebSocket (`/ws`, one protobuf frame per
+//!   binary message) and TCP (a 12-byte header before each frame) transports, the accept
+//!   loop, one connection's life over either (auth, presence, requests, writes), its
+//!   batched writer with the window of pushes awaiting the client's ack, and the server
+//!   frames.
 //! - [`session`]: authentication and request dispatch of one device, transport-agnostic.
+//! - [`admission`]: who may connect and hold a session, and the bounds on both.
+//! - [`holds`]: order across refusals: a conversation held after a retryable refusal.
 //! - [`connections`]: the registry of open connections and the internal gRPC `Push`.
-//! - [`frames`]: building server frames (errors, replies, pass-through pushes).
-//! - [`writer`]: a connection's batched writes, with [`window`]: pushes awaiting the
-//!   client's ack, resent once, then given up.
-//! - [`sends`]: client sends, batched in order on their way to message-svc, with their
-//!   admission bounds.
-//! - [`acks`]: device acks, coalesced per device on their way to sync-svc.
-//! - [`backends`]: clients of the services a device's requests go to.
-//! - [`calls`]: friend and group operations forwarded as the connected user.
+//! - [`peers`]: the services a device's requests go to: one-off calls, friend and group
+//!   operations forwarded as the connected user, sends batched in order to message-svc,
+//!   acks coalesced to sync-svc.
 //! - [`Service`]: builds all of it from [`Config`] and serves both listeners.
 
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 
-pub mod acks;
 pub mod admission;
-pub mod backends;
-pub mod calls;
 pub mod connections;
-pub mod frames;
 pub mod holds;
-pub mod link;
-pub mod listen;
-pub mod sends;
+pub mod peers;
 pub mod session;
-pub mod tcp;
-pub mod window;
-pub mod writer;
-pub mod ws;
+pub mod transport;
 
 // The program's allocator, set in main.rs.
 use mimalloc as _;
@@ -56,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 pub struct Config {
     /// Where WebSocket clients connect (at `/ws`).
     pub listen: SocketAddr,
-    /// Where TCP clients connect (header-framed, see [`tcp`]).
+    /// Where TCP clients connect (header-framed, see [`transport::tcp`]).
     pub tcp_listen: SocketAddr,
     /// The internal gRPC server notify-svc pushes to.
     pub grpc: GrpcConfig,
@@ -88,7 +78,7 @@ pub struct Config {
     pub frames_per_sec: u32,
     /// Sends one connection may have unanswered; one more is refused at once.
     pub sends_in_flight: usize,
-    /// Lanes carrying sends to message-svc, one batch in flight each (see [`sends`]).
+    /// Lanes carrying sends to message-svc, one batch in flight each (see [`peers::sends`]).
     pub send_lanes: usize,
     /// Most sends one batch carries.
     pub send_batch_max: usize,
@@ -103,7 +93,7 @@ pub struct Config {
     pub send_hold_ms: u64,
     /// Who may connect and hold a session (see [`admission`]).
     pub admission: admission::Limits,
-    /// TLS on both client listeners when a certificate is set (see [`tls`]).
+    /// TLS on both client listeners when a certificate is set (see [`imesh_kit::tls`]).
     pub tls: imesh_kit::tls::TlsConfig,
 }
 
@@ -156,8 +146,8 @@ impl Config {
         Duration::from_secs(self.presence_refresh_secs)
     }
 
-    pub fn send_limits(&self) -> sends::Limits {
-        sends::Limits {
+    pub fn send_limits(&self) -> peers::sends::Limits {
+        peers::sends::Limits {
             lanes: self.send_lanes,
             batch_max: self.send_batch_max,
             backlog: self.send_backlog,
@@ -172,7 +162,7 @@ impl Config {
 pub struct Gateway {
     pub config: Config,
     pub tokens: Tokens,
-    pub backends: Arc<backends::Backends>,
+    pub backends: Arc<peers::backends::Backends>,
     pub connections: Arc<connections::Connections>,
     pub admission: Arc<admission::Admission>,
     /// This gateway's gRPC address as notify-svc should dial it.
@@ -211,7 +201,7 @@ impl Service {
         let caller = Caller::new(&self.auth.internal_secret)?;
         let gateway = Arc::new(Gateway {
             tokens: Tokens::new(&self.auth, Duration::from_secs(1))?,
-            backends: Arc::new(backends::Backends::new(caller, &self.config)?),
+            backends: Arc::new(peers::backends::Backends::new(caller, &self.config)?),
             connections: Arc::new(connections::Connections::default()),
             admission: Arc::new(admission::Admission::new(self.config.admission.clone())),
             advertise,
@@ -234,22 +224,22 @@ impl Service {
         if let Some(tls) = &tls {
             tokio::spawn(tls.clone().watch(gateway.draining.clone()));
         }
-        let accepting = listen::Accepting {
+        let accepting = transport::listen::Accepting {
             admission: gateway.admission.clone(),
             tls: tls.clone(),
-            refusal: listen::Refusal::Http,
+            refusal: transport::listen::Refusal::Http,
             proxy_protocol: false,
             stop: gateway.draining.clone(),
         };
-        let clients = listen::Clients::serve(clients, accepting)?;
-        let router = ws::router(gateway.clone());
+        let clients = transport::listen::Clients::serve(clients, accepting)?;
+        let router = transport::ws::router(gateway.clone());
         let ws = axum::serve(
             clients,
-            router.into_make_service_with_connect_info::<listen::Client>(),
+            router.into_make_service_with_connect_info::<transport::listen::Client>(),
         )
         .with_graceful_shutdown(gateway.draining.clone().cancelled_owned());
         let ws_task = tokio::spawn(ws.into_future());
-        let tcp_task = tokio::spawn(tcp::serve(tcp_clients, gateway.clone(), tls));
+        let tcp_task = tokio::spawn(transport::tcp::serve(tcp_clients, gateway.clone(), tls));
         shutdown.await;
         gateway.draining.cancel();
         let deadline = tokio::time::Instant::now() + self.config.grpc.grace();

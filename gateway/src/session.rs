@@ -9,7 +9,7 @@ use imesh_protos::{
 use prost::Message as _;
 use tonic::Code;
 
-use crate::{backends::Backends, frames, sends::Outlet};
+use crate::{peers::backends::Backends, peers::sends::Outlet, transport::frames};
 
 /// Checks a connection's first frame: it MUST be `auth` with a valid token and device id.
 /// On failure, returns the fatal error frame to send before closing (echoing the frame's
@@ -269,10 +269,12 @@ impl Session {
                 .presence(self.user(), request)
                 .await
                 .map(Body::Presence),
-            Some(In::Relation(call)) => crate::calls::relation(&self.backends, self.user(), call)
-                .await
-                .map(Body::Relation),
-            Some(In::Group(call)) => crate::calls::group(&self.backends, self.user(), call)
+            Some(In::Relation(call)) => {
+                crate::peers::calls::relation(&self.backends, self.user(), call)
+                    .await
+                    .map(Body::Relation)
+            }
+            Some(In::Group(call)) => crate::peers::calls::group(&self.backends, self.user(), call)
                 .await
                 .map(Body::Group),
             Some(In::Typing(request)) => self

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 use crate::{
-    frames,
-    window::{GiveUp, Out, Window},
+    transport::frames,
+    transport::window::{GiveUp, Out, Window},
 };
 
 /// Most frames written in one flush when a burst is queued.

@@ -31,13 +31,13 @@ use imesh_protos::{
 };
 use tonic::Status;
 
-use crate::{acks::Acks, sends::Sends};
+use crate::{peers::acks::Acks, peers::sends::Sends};
 
 pub struct Backends {
     pub(crate) caller: Caller,
-    /// Sends, batched in order (see [`crate::sends`]).
+    /// Sends, batched in order (see [`crate::peers::sends`]).
     pub(crate) sends: Sends,
-    /// Device acks, coalesced (see [`crate::acks`]).
+    /// Device acks, coalesced (see [`crate::peers::acks`]).
     pub(crate) acks: Acks,
     pub(crate) relation: RelationServiceClient<Channel>,
     pub(crate) group: GroupServiceClient<Channel>,

@@ -23,8 +23,8 @@ use prost::Message as _;
 use crate::{
     Gateway,
     admission::{Refused, Unauthenticated},
-    link::{self, Inbound},
-    listen::Client,
+    transport::link::{self, Inbound},
+    transport::listen::Client,
 };
 
 /// The subprotocol of JSON frames.
@@ -42,7 +42,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
 /// 128 KiB default made every idle connection cost 130 KB.)
 const SOCKET_BUFFER: usize = 512;
 
-/// Upgrades a client admission let in (at accept, [`crate::listen`]); a client behind a
+/// Upgrades a client admission let in (at accept, [`crate::transport::listen`]); a client behind a
 /// trusted proxy, or a connection that lost its place (a second upgrade on it), asks
 /// admission here, refused with 429 and a `Retry-After`.
 async fn upgrade(

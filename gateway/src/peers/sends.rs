@@ -41,9 +41,9 @@ use tonic::{Code, Status};
 use tracing::Instrument as _;
 
 use crate::{
-    frames,
     holds::{HoldLimits, Holds},
-    window::Out,
+    transport::frames,
+    transport::window::Out,
 };
 
 /// How the gateway batches sends.

@@ -52,7 +52,7 @@ impl Client {
 
 /// How a listener tells a refused plaintext client why.
 pub enum Refusal {
-    /// A fatal error frame of the TCP framing ([`crate::tcp::refusal_frame`]).
+    /// A fatal error frame of the TCP framing ([`crate::transport::tcp::refusal_frame`]).
     Frame,
     /// An HTTP 429 with `Retry-After`, before any WebSocket upgrade.
     Http,
@@ -187,7 +187,7 @@ async fn proxy_header(socket: &mut TcpStream) -> std::io::Result<Option<IpAddr>>
 /// Tells a refused plaintext client why (for at most a second), then closes.
 async fn refuse(mut socket: TcpStream, refused: Refused, how: &Accepting) {
     let bytes = match how.refusal {
-        Refusal::Frame => crate::tcp::refusal_frame(&refused),
+        Refusal::Frame => crate::transport::tcp::refusal_frame(&refused),
         Refusal::Http => {
             let wait_secs = refused.retry_after_secs();
             let body = &refused.message;

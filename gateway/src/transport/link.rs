@@ -1,8 +1,8 @@
 //! One client connection's life, whatever carries it: the auth frame in time, presence,
-//! the super groups it follows, sends queued in order on [`crate::sends`], other requests
+//! the super groups it follows, sends queued in order on [`crate::peers::sends`], other requests
 //! handled concurrently up to [`IN_FLIGHT`], pushes and replies through a bounded queue to
-//! its [`crate::writer`], and the idle timeout and drain.
-//! [`crate::ws`] and [`crate::tcp`] adapt their framing to [`Inbound`] and a frame sink.
+//! its [`crate::transport::writer`], and the idle timeout and drain.
+//! [`crate::transport::ws`] and [`crate::transport::tcp`] adapt their framing to [`Inbound`] and a frame sink.
 
 use std::sync::Arc;
 
@@ -22,9 +22,9 @@ use crate::{
     Gateway,
     admission::Unauthenticated,
     connections::Handle,
-    frames,
     session::{self, Session},
-    window::{Out, Window},
+    transport::frames,
+    transport::window::{Out, Window},
 };
 
 /// Requests of one connection in flight at once; more wait (backpressure on the reader).
@@ -57,7 +57,7 @@ pub async fn serve<R, W>(
     let (tx, rx) = flume::bounded(gateway.config.send_queue);
     let close = CancellationToken::new();
     let window = Window::new(gateway.config.unacked_window, gateway.config.ack_timeout());
-    let writer = tokio::spawn(crate::writer::write_frames(
+    let writer = tokio::spawn(crate::transport::writer::write_frames(
         writer,
         rx,
         window,
@@ -166,7 +166,7 @@ async fn run<R>(
         device,
         super_groups: Arc::new(parking_lot::Mutex::new(super_groups.clone())),
         backends: gateway.backends.clone(),
-        outlet: crate::sends::Outlet::new(tx.clone(), close.clone()),
+        outlet: crate::peers::sends::Outlet::new(tx.clone(), close.clone()),
     };
     let auth_ok = Body::AuthOk(pb::AuthOk {
         user_id: user,

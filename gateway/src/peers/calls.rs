@@ -9,7 +9,7 @@ use imesh_protos::gateway::{
 };
 use tonic::{Request, Status};
 
-use crate::backends::Backends;
+use crate::peers::backends::Backends;
 
 fn as_user<T>(caller: &Caller, user: i64, message: T) -> Request<T> {
     caller.request(Actor::User(user), message)

@@ -25,9 +25,9 @@ use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
 use crate::{
     Gateway,
     admission::Refused,
-    frames,
-    link::{self, Inbound},
-    listen::{self, Accepting, Refusal},
+    transport::frames,
+    transport::link::{self, Inbound},
+    transport::listen::{self, Accepting, Refusal},
 };
 
 pub const HEADER_LEN: usize = 12;
@@ -127,7 +127,7 @@ fn varint(bytes: &mut &[u8]) -> Option<u64> {
     None
 }
 
-/// Serves TCP clients until the gateway drains: admitted ones (see [`crate::listen`]) each
+/// Serves TCP clients until the gateway drains: admitted ones (see [`crate::transport::listen`]) each
 /// on a task of its own, over TLS when `tls` is set; a refused plaintext client is told
 /// why in one frame, then closed.
 pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, tls: Option<Arc<Tls>>) {
