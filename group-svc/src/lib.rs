@@ -47,11 +47,7 @@ use tokio::net::TcpListener;
 
 use crate::{
     domain::{
-        Gate, GroupCache, Groups,
-        groups::{Nicknames, SeqSource},
-        ports::Rosters,
-        recount,
-        roster::Roster,
+        Gate, GroupCache, Groups, Nicknames, SeqSource, ports::Rosters, recount, roster::Roster,
     },
     store::{
         memory::{MemoryGroupCache, MemoryRosters},
@@ -300,18 +296,4 @@ pub async fn run_binary() -> anyhow::Result<()> {
     .await
 }
 
-impl imesh_kit::cli::ServiceSettings for Config {
-    fn grpc(&self) -> &GrpcConfig {
-        &self.grpc
-    }
-
-    fn redis(&self) -> &RedisConfig {
-        &self.redis
-    }
-}
-
-impl imesh_kit::cli::DatabaseSettings for Config {
-    fn database(&self) -> &SqlConfig {
-        &self.database
-    }
-}
+imesh_kit::service_settings!(Config, database);

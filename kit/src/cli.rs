@@ -22,6 +22,32 @@ pub trait DatabaseSettings: ServiceSettings {
     fn database(&self) -> &crate::config::SqlConfig;
 }
 
+/// Implements [`ServiceSettings`] for a service's `Config` from its `grpc` and `redis`
+/// fields, and with `database`, [`DatabaseSettings`] from its `database` field too.
+#[macro_export]
+macro_rules! service_settings {
+    ($config:ty) => {
+        impl $crate::cli::ServiceSettings for $config {
+            fn grpc(&self) -> &$crate::config::GrpcConfig {
+                &self.grpc
+            }
+
+            fn redis(&self) -> &$crate::config::RedisConfig {
+                &self.redis
+            }
+        }
+    };
+    ($config:ty, database) => {
+        $crate::service_settings!($config);
+
+        impl $crate::cli::DatabaseSettings for $config {
+            fn database(&self) -> &$crate::config::SqlConfig {
+                &self.database
+            }
+        }
+    };
+}
+
 /// The program of a service that keeps no database: settings and telemetry, then `serve`
 /// with the bound gRPC listener.
 pub async fn run<S, F, Fut>(service: &'static str, serve: F) -> anyhow::Result<()>

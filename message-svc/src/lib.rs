@@ -299,18 +299,4 @@ pub async fn run_binary() -> anyhow::Result<()> {
     .await
 }
 
-impl imesh_kit::cli::ServiceSettings for Config {
-    fn grpc(&self) -> &GrpcConfig {
-        &self.grpc
-    }
-
-    fn redis(&self) -> &RedisConfig {
-        &self.redis
-    }
-}
-
-impl imesh_kit::cli::DatabaseSettings for Config {
-    fn database(&self) -> &SqlConfig {
-        &self.database
-    }
-}
+imesh_kit::service_settings!(Config, database);

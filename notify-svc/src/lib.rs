@@ -182,12 +182,4 @@ pub async fn run_binary() -> anyhow::Result<()> {
     .await
 }
 
-impl imesh_kit::cli::ServiceSettings for Config {
-    fn grpc(&self) -> &GrpcConfig {
-        &self.grpc
-    }
-
-    fn redis(&self) -> &RedisConfig {
-        &self.redis
-    }
-}
+imesh_kit::service_settings!(Config);

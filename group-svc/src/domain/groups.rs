@@ -11,21 +11,7 @@ use super::{
     roster::Roster,
     rules::{self, GroupChange, GroupState, InfoEdit, Now},
 };
-use crate::domain::GroupStore;
-
-/// Where a joiner's `join_seq` comes from: the conversation's current seq (message-svc).
-#[async_trait::async_trait]
-pub trait SeqSource: Send + Sync + 'static {
-    async fn current_seq(&self, conversation_id: &str) -> anyhow::Result<i64>;
-}
-
-/// Users' nicknames as relation-svc has them now; group-svc keeps a copy on each
-/// membership for search, set at join and moved by [`Groups::rename`].
-#[async_trait::async_trait]
-pub trait Nicknames: Send + Sync + 'static {
-    /// The nickname of each of `users` that exists.
-    async fn nicknames(&self, users: &[i64]) -> anyhow::Result<HashMap<i64, String>>;
-}
+use crate::domain::{GroupStore, Nicknames, SeqSource};
 
 /// The version an imported membership's first nickname is given; every rename is later.
 const FIRST_NAME_VERSION: i64 = 1;

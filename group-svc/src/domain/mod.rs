@@ -10,7 +10,9 @@ pub mod recount;
 pub mod roster;
 pub mod rules;
 
-pub use ports::{ACTIVE_KEPT, EncodeEvent, GroupCache, GroupStore, Plan, Rosters};
+pub use ports::{
+    ACTIVE_KEPT, EncodeEvent, GroupCache, GroupStore, Nicknames, Plan, Rosters, SeqSource,
+};
 
 use imesh_kit::error::StoreError;
 

@@ -1,7 +1,10 @@
-//! Every storage port the domain needs, with the types that cross it: [`GroupStore`]
-//! (adapter `crate::store::sql`, one conformance suite over every backend), the shared
-//! [`GroupCache`] and large groups' [`Rosters`] (adapters `crate::store::{memory, redis}`). Adapters depend
-//! on the domain, never the other way.
+//! Every port the domain needs, with the types that cross it: [`GroupStore`] (adapter
+//! `crate::store::sql`, one conformance suite over every backend), the shared
+//! [`GroupCache`] and large groups' [`Rosters`] (adapters `crate::store::{memory,
+//! redis}`), and the peers [`SeqSource`] (message-svc) and [`Nicknames`] (relation-svc),
+//! adapters in `crate::peers`. Adapters depend on the domain, never the other way.
+
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use imesh_kit::error::StoreError;
@@ -11,6 +14,20 @@ use super::{
     rules::{GroupChange, GroupState},
 };
 use super::{GateGroup, GateMember};
+
+/// Where a joiner's `join_seq` comes from: the conversation's current seq (message-svc).
+#[async_trait]
+pub trait SeqSource: Send + Sync + 'static {
+    async fn current_seq(&self, conversation_id: &str) -> anyhow::Result<i64>;
+}
+
+/// Users' nicknames as relation-svc has them now; group-svc keeps a copy on each
+/// membership for search, set at join and moved by [`Groups::rename`].
+#[async_trait]
+pub trait Nicknames: Send + Sync + 'static {
+    /// The nickname of each of `users` that exists.
+    async fn nicknames(&self, users: &[i64]) -> anyhow::Result<HashMap<i64, String>>;
+}
 
 /// Encodes a group event as an outbox payload (see [`crate::events::encode`]).
 pub type EncodeEvent = fn(&GroupEvent) -> Vec<u8>;

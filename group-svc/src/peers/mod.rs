@@ -12,7 +12,7 @@ use imesh_protos::{
     relation::{GetUsersRequest, relation_service_client::RelationServiceClient},
 };
 
-use crate::domain::groups::{Nicknames, SeqSource};
+use crate::domain::{Nicknames, SeqSource};
 
 pub struct MessageSeqs {
     client: MessageServiceClient<Channel>,

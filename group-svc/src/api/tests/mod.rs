@@ -15,7 +15,7 @@ use tonic::Code;
 use super::*;
 use crate::{
     Config,
-    domain::groups::{Nicknames, SeqSource},
+    domain::{Nicknames, SeqSource},
 };
 
 /// Seq 11 for every conversation; user `n` is nicknamed "User n".
