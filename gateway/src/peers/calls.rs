@@ -144,6 +144,11 @@ pub async fn group(backends: &Backends, user: i64, call: GroupCall) -> Result<Gr
                 .await?
                 .into_inner(),
         ),
+        C::ListOperations(m) => R::ListOperations(
+            c.list_operations(as_user(caller, user, m))
+                .await?
+                .into_inner(),
+        ),
     };
     Ok(GroupResult {
         result: Some(result),

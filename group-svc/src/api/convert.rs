@@ -5,7 +5,8 @@ use imesh_protos::group as pb;
 use tonic::Status;
 
 use crate::domain::{
-    Error, Group, GroupStatus, GroupType, JoinMode, JoinRequest, Member, MemberStatus, Role,
+    Error, Group, GroupStatus, GroupType, JoinMode, JoinRequest, Member, MemberStatus, Operation,
+    Role,
 };
 
 pub fn role_to_proto(role: Role) -> pb::Role {
@@ -133,5 +134,22 @@ pub fn status(err: Error) -> Status {
         }
         Error::Store(StoreError::Unavailable(ref e)) => error::unavailable(e.as_ref()),
         Error::Store(ref e) => error::internal(e),
+    }
+}
+
+pub fn operation_to_proto(operation: Operation) -> pb::Operation {
+    let Operation {
+        version,
+        op,
+        operator,
+        targets,
+        at_ms,
+    } = operation;
+    pb::Operation {
+        version,
+        op,
+        operator_id: operator,
+        target_ids: targets,
+        at_ms,
     }
 }

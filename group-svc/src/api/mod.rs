@@ -5,7 +5,7 @@ pub mod convert;
 
 use std::sync::Arc;
 
-use imesh_kit::identity::actor;
+use imesh_kit::identity::{Actor, actor};
 use imesh_protos::group::{self as pb, group_service_server::GroupService};
 use tonic::{Request, Response, Status};
 
@@ -231,11 +231,12 @@ impl GroupService for GroupApi {
             pb::TransferOwnerRequest {
                 group_id,
                 new_owner_id,
+                keep_as_admin,
             },
         ) = user_call(request)?;
         ok(members_reply(
             self.groups
-                .transfer(me, group_id, new_owner_id)
+                .transfer(me, group_id, new_owner_id, keep_as_admin)
                 .await
                 .map_err(status)?,
         ))
@@ -472,6 +473,43 @@ impl GroupService for GroupApi {
             .await
             .map_err(status)?;
         ok(pb::ImportMembersResponse { added })
+    }
+
+    async fn set_banned(&self, request: Request<pb::SetBannedRequest>) -> Reply<pb::GroupReply> {
+        let pb::SetBannedRequest { group_id, banned } = system_call(request)?;
+        ok(group_reply(
+            self.groups
+                .set_banned(group_id, banned)
+                .await
+                .map_err(status)?,
+        ))
+    }
+
+    async fn list_operations(
+        &self,
+        request: Request<pb::ListOperationsRequest>,
+    ) -> Reply<pb::ListOperationsResponse> {
+        let me = match actor(&request)? {
+            Actor::User(me) => Some(me),
+            Actor::System => None,
+        };
+        let pb::ListOperationsRequest {
+            group_id,
+            before_version,
+            limit,
+        } = request.into_inner();
+        let (operations, next_before_version) = self
+            .groups
+            .operations(me, group_id, before_version, limit)
+            .await
+            .map_err(status)?;
+        ok(pb::ListOperationsResponse {
+            operations: operations
+                .into_iter()
+                .map(convert::operation_to_proto)
+                .collect(),
+            next_before_version,
+        })
     }
 
     async fn recount_members(

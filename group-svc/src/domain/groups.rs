@@ -6,8 +6,8 @@ use std::{collections::HashMap, sync::Arc};
 use imesh_kit::{error::StoreError, ids::Snowflake};
 
 use super::{
-    Error, Gate, Group, GroupStatus, GroupType, JoinMode, JoinRequest, Member, MemberStatus, Role,
-    conversation_id, invalid,
+    Error, Gate, Group, GroupStatus, GroupType, JoinMode, JoinRequest, Member, MemberStatus,
+    Operation, Role, conversation_id, invalid,
     roster::Roster,
     rules::{self, GroupChange, GroupState, InfoEdit, Now},
 };
@@ -18,6 +18,13 @@ const FIRST_NAME_VERSION: i64 = 1;
 
 /// Longest nickname a rename may carry (relation-svc allows 64 characters).
 const MAX_NICKNAME: usize = 64;
+
+/// The actor id of the system (operators, imesh's own services) in a change.
+const SYSTEM: i64 = 0;
+
+/// Operation-log rows a page holds unless asked otherwise, and at most.
+const DEFAULT_OPERATIONS_PAGE: u32 = 50;
+const MAX_OPERATIONS_PAGE: u32 = 100;
 
 /// Most users one call may name.
 pub const MAX_USERS_PER_CALL: usize = 500;
@@ -265,11 +272,70 @@ impl Groups {
         me: i64,
         group_id: i64,
         new_owner: i64,
+        keep_as_admin: bool,
     ) -> Result<(Group, Vec<Member>), Error> {
         self.change(group_id, me, &[new_owner], &move |s| {
-            rules::transfer(s, new_owner)
+            rules::transfer(s, new_owner, keep_as_admin)
         })
         .await
+    }
+
+    /// Bans the group or lifts its ban, as the system actor.
+    pub async fn set_banned(&self, group_id: i64, banned: bool) -> Result<Group, Error> {
+        Ok(self
+            .change(group_id, SYSTEM, &[], &move |s| rules::ban(s, banned))
+            .await?
+            .0)
+    }
+
+    /// A page of the group's operation log, newest first, and the cursor of the next page
+    /// (0 when there is none): for its owner and admins (`me`), or the system actor
+    /// (`None`), whatever the group's status.
+    pub async fn operations(
+        &self,
+        me: Option<i64>,
+        group_id: i64,
+        before_version: i64,
+        limit: u32,
+    ) -> Result<(Vec<Operation>, i64), Error> {
+        if before_version < 0 {
+            return Err(invalid("before_version", "must be 0 or a version"));
+        }
+        let limit = match limit {
+            0 => DEFAULT_OPERATIONS_PAGE,
+            1..=MAX_OPERATIONS_PAGE => limit,
+            _ => {
+                return Err(invalid(
+                    "limit",
+                    format!("must be at most {MAX_OPERATIONS_PAGE}"),
+                ));
+            }
+        };
+        let before = if before_version == 0 {
+            i64::MAX
+        } else {
+            before_version
+        };
+        match me {
+            Some(me) => {
+                let (_, actor) = self.as_member(me, group_id).await?;
+                if actor.role < Role::Admin {
+                    return Err(Error::Forbidden(
+                        "group_id: only admins and the owner read the operation log",
+                    ));
+                }
+            }
+            None => {
+                self.store.group(group_id).await?.ok_or(Error::NotFound)?;
+            }
+        }
+        let page = self.store.operations(group_id, before, limit).await?;
+        let next = if page.len() == limit as usize {
+            page.last().map_or(0, |o| o.version)
+        } else {
+            0
+        };
+        Ok((page, next))
     }
 
     pub async fn mute(

@@ -225,6 +225,18 @@ pub struct JoinRequest {
     pub created_at_ms: i64,
 }
 
+/// One change as the group's operation log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation {
+    /// The group's version after the change.
+    pub version: i64,
+    pub op: String,
+    /// 0: the system actor.
+    pub operator: i64,
+    pub targets: Vec<i64>,
+    pub at_ms: i64,
+}
+
 /// What a group change tells devices: the group after it, what happened, who did it, the
 /// members it changed, and who hears of it.
 #[derive(Debug, Clone, PartialEq, Eq)]

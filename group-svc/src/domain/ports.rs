@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use imesh_kit::error::StoreError;
 
 use super::{
-    Error, Group, GroupEvent, JoinRequest, Member,
+    Error, Group, GroupEvent, JoinRequest, Member, Operation,
     rules::{GroupChange, GroupState},
 };
 use super::{GateGroup, GateMember};
@@ -41,6 +41,13 @@ pub trait GroupStore: Send + Sync + 'static {
     /// transaction.
     async fn create(&self, group: &Group, members: &[Member]) -> Result<(), StoreError>;
     async fn group(&self, group_id: i64) -> Result<Option<Group>, StoreError>;
+    /// Up to `limit` operation-log rows of versions below `before_version`, newest first.
+    async fn operations(
+        &self,
+        group_id: i64,
+        before_version: i64,
+        limit: u32,
+    ) -> Result<Vec<Operation>, StoreError>;
     /// The rows of `users` in the group, whatever their status.
     async fn members(&self, group_id: i64, users: &[i64]) -> Result<Vec<Member>, StoreError>;
     /// Current members with `map_id >= from`, by map id.

@@ -296,8 +296,13 @@ pub fn set_admin(state: &GroupState, user: i64, admin: bool) -> Result<GroupChan
     Ok(change)
 }
 
-/// The owner hands over: the old owner becomes an admin in the same change.
-pub fn transfer(state: &GroupState, new_owner: i64) -> Result<GroupChange, Error> {
+/// The owner hands over: in the same change the old owner becomes a plain member (seed
+/// 001), or an admin when `keep_as_admin`.
+pub fn transfer(
+    state: &GroupState,
+    new_owner: i64,
+    keep_as_admin: bool,
+) -> Result<GroupChange, Error> {
     let actor = acting(state, 0, "")?;
     if actor.role != Role::Owner {
         return Err(Error::Forbidden(
@@ -311,7 +316,11 @@ pub fn transfer(state: &GroupState, new_owner: i64) -> Result<GroupChange, Error
     let mut change = GroupChange::of("owner", state);
     change.group.owner_id = new_owner;
     change.members.push(Member {
-        role: Role::Admin,
+        role: if keep_as_admin {
+            Role::Admin
+        } else {
+            Role::Member
+        },
         ..actor.clone()
     });
     change.members.push(Member {
@@ -355,6 +364,21 @@ pub fn dismiss(state: &GroupState) -> Result<GroupChange, Error> {
     )?;
     let mut change = GroupChange::of("dismissed", state);
     change.group.status = GroupStatus::Dismissed;
+    Ok(change)
+}
+
+/// The system bans the group or lifts its ban; asking for the state the group is in
+/// already changes nothing. A dismissed group stays dismissed.
+pub fn ban(state: &GroupState, banned: bool) -> Result<GroupChange, Error> {
+    if state.group.status == GroupStatus::Dismissed {
+        return Err(Error::Precondition("group_id: the group is dismissed"));
+    }
+    let mut change = GroupChange::of(if banned { "banned" } else { "unbanned" }, state);
+    change.group.status = if banned {
+        GroupStatus::Banned
+    } else {
+        GroupStatus::Normal
+    };
     Ok(change)
 }
 

@@ -1,6 +1,7 @@
 //! Friend and group operations through the gateway: a device makes friends, creates a group,
-//! mutes it and lists its members with frames, acting as its own user; a member without the
-//! right gets the service's refusal as an error frame and nothing changes.
+//! mutes it, lists its members and reads its operation log with frames, acting as its own
+//! user; a member without the right gets the service's refusal as an error frame and
+//! nothing changes.
 
 use imesh_protos::{
     gateway::{
@@ -8,7 +9,8 @@ use imesh_protos::{
         group_result, relation_call, relation_result, server_frame::Body,
     },
     group::{
-        CreateGroupRequest, GetGroupRequest, KickMembersRequest, ListMembersRequest, MuteAllRequest,
+        CreateGroupRequest, GetGroupRequest, KickMembersRequest, ListMembersRequest,
+        ListOperationsRequest, MuteAllRequest,
     },
     relation::{CheckRelationsRequest, Relation, SendFriendRequestRequest},
 };
@@ -112,6 +114,27 @@ async fn devices_make_friends_and_run_groups_with_frames() {
     };
     let info = info.group.unwrap();
     assert!(info.mute_all, "{info:?}");
+
+    // The owner reads the group's operation log; a plain member may not.
+    let log = ListOperationsRequest {
+        group_id: g,
+        ..Default::default()
+    };
+    let group_result::Result::ListOperations(log_page) =
+        group_result(group(&mut ann_dev, group_call::Call::ListOperations(log)).await)
+    else {
+        panic!("no operation log");
+    };
+    let ops: Vec<(&str, i64)> = log_page
+        .operations
+        .iter()
+        .map(|o| (o.op.as_str(), o.operator_id))
+        .collect();
+    assert_eq!(ops, vec![("mute_all", ann), ("created", ann)]);
+    let Body::Error(e) = group(&mut ben_dev, group_call::Call::ListOperations(log)).await else {
+        panic!("a plain member read the operation log");
+    };
+    assert_eq!(e.code, Code::PermissionDenied as u32, "{e:?}");
 
     let empty = GroupCall { call: None };
     let id = ben_dev.send_frame(client_frame::Body::Group(empty)).await;

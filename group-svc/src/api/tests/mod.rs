@@ -1,5 +1,6 @@
 //! Handler tests over SQLite: every refusal is the precise status, and changes nothing.
 
+mod governance;
 mod recount;
 mod roster;
 

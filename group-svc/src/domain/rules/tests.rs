@@ -248,12 +248,20 @@ fn ranks_bound_kicks_mutes_and_admin_changes() {
 
 #[test]
 fn ownership_moves_in_one_change_and_the_owner_cannot_just_quit() {
-    let change = transfer(&state(1, JoinMode::Invite), 3).unwrap();
-    let roles: Vec<(i64, Role)> = change.members.iter().map(|m| (m.user_id, m.role)).collect();
-    assert_eq!(roles, vec![(1, Role::Admin), (3, Role::Owner)]);
+    let roles = |change: GroupChange| -> Vec<(i64, Role)> {
+        change.members.iter().map(|m| (m.user_id, m.role)).collect()
+    };
+    let change = transfer(&state(1, JoinMode::Invite), 3, false).unwrap();
     assert_eq!(change.group.owner_id, 3);
-    assert!(refused(transfer(&state(2, JoinMode::Invite), 3)).contains("only the owner"));
-    assert!(refused(transfer(&state(1, JoinMode::Invite), 5)).contains("not a member"));
+    assert_eq!(
+        roles(change),
+        vec![(1, Role::Member), (3, Role::Owner)],
+        "the old owner becomes a plain member (seed 001)"
+    );
+    let kept = transfer(&state(1, JoinMode::Invite), 3, true).unwrap();
+    assert_eq!(roles(kept), vec![(1, Role::Admin), (3, Role::Owner)]);
+    assert!(refused(transfer(&state(2, JoinMode::Invite), 3, false)).contains("only the owner"));
+    assert!(refused(transfer(&state(1, JoinMode::Invite), 5, false)).contains("not a member"));
     assert!(refused(quit(&state(1, JoinMode::Invite), NOW)).contains("transfer"));
     assert_eq!(
         quit(&state(3, JoinMode::Invite), NOW).unwrap().members[0].status,

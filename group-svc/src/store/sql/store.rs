@@ -24,7 +24,7 @@ use super::entities::{
 use crate::{
     domain::{
         EncodeEvent, Error, Group, GroupEvent, GroupStore, GroupType, JoinRequest, Member,
-        MemberStatus, Plan,
+        MemberStatus, Operation, Plan,
         rules::{GroupChange, GroupState},
     },
     store::OUTBOX_TABLE,
@@ -129,6 +129,44 @@ impl GroupStore for SqlGroupStore {
 
     async fn members(&self, group_id: i64, users: &[i64]) -> Result<Vec<Member>, StoreError> {
         rows_of(&self.db, group_id, users).await
+    }
+
+    async fn operations(
+        &self,
+        group_id: i64,
+        before_version: i64,
+        limit: u32,
+    ) -> Result<Vec<Operation>, StoreError> {
+        let columns = ["version", "op", "operator_id", "targets", "at_ms"].map(Alias::new);
+        let query = Query::select()
+            .columns(columns)
+            .from(Alias::new("im_group_oplog"))
+            .and_where(Expr::col(Alias::new("group_id")).eq(group_id))
+            .and_where(Expr::col(Alias::new("version")).lt(before_version))
+            .order_by(Alias::new("version"), sea_orm::Order::Desc)
+            .limit(limit.into())
+            .to_owned();
+        let rows = self.db.query_all(&query).await?;
+        rows.iter()
+            .map(|row| {
+                let targets: String = row.try_get("", "targets")?;
+                Ok(Operation {
+                    version: row.try_get("", "version")?,
+                    op: row.try_get("", "op")?,
+                    operator: row.try_get("", "operator_id")?,
+                    targets: targets
+                        .split(',')
+                        .filter(|t| !t.is_empty())
+                        .map(|t| {
+                            t.parse().map_err(|_| {
+                                StoreError::Unavailable(anyhow::anyhow!("oplog target {t:?}"))
+                            })
+                        })
+                        .collect::<Result<_, _>>()?,
+                    at_ms: row.try_get("", "at_ms")?,
+                })
+            })
+            .collect()
     }
 
     async fn page(&self, group_id: i64, from: u32, limit: u32) -> Result<Vec<Member>, StoreError> {
@@ -296,6 +334,7 @@ impl GroupStore for SqlGroupStore {
                 .iter()
                 .chain(change.members.iter().map(|m| &m.user_id)),
         );
+        recipients.retain(|user| *user > 0);
         recipients.sort_unstable();
         recipients.dedup();
         let event = GroupEvent {

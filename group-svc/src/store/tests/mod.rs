@@ -90,6 +90,53 @@ async fn group(s: &Stores, id: i64) -> Group {
 }
 
 #[tokio::test]
+async fn the_operation_log_pages_newest_first_by_version_on_every_backend() {
+    for s in stores().await {
+        let b = s.backend;
+        group(&s, 10).await;
+        for muted in [true, false] {
+            s.store
+                .change(10, 1, &[], &move |st| rules::mute_all(st, muted))
+                .await
+                .unwrap();
+        }
+        s.store
+            .change(10, 0, &[], &|st| rules::ban(st, true))
+            .await
+            .unwrap();
+        let newest = s.store.operations(10, i64::MAX, 3).await.unwrap();
+        let seen: Vec<(i64, &str, i64)> = newest
+            .iter()
+            .map(|o| (o.version, o.op.as_str(), o.operator))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![(4, "banned", 0), (3, "mute_all", 1), (2, "mute_all", 1)],
+            "{b:?}"
+        );
+        let rest = s.store.operations(10, 2, 3).await.unwrap();
+        assert_eq!(rest.len(), 1, "{b:?}: {rest:?}");
+        assert_eq!(
+            (
+                rest[0].version,
+                rest[0].op.as_str(),
+                rest[0].targets.clone()
+            ),
+            (1, "created", vec![1, 2, 3]),
+            "{b:?}"
+        );
+        assert!(
+            s.store
+                .operations(11, i64::MAX, 3)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{b:?}: another group's log"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_created_group_reads_back_with_its_members_pages_and_search() {
     for s in stores().await {
         let b = s.backend;
@@ -234,7 +281,7 @@ async fn concurrent_transfers_leave_exactly_one_owner() {
             tokio::spawn(async move {
                 let actor = 1;
                 store
-                    .change(10, actor, &[to], &move |st| rules::transfer(st, to))
+                    .change(10, actor, &[to], &move |st| rules::transfer(st, to, false))
                     .await
             })
         });
