@@ -33,6 +33,7 @@ mod scale_out;
 mod search;
 mod sessions;
 mod slice;
+mod super_group;
 mod tcp;
 mod tls;
 mod token_keys;
