@@ -112,6 +112,20 @@ pub enum Scenario {
         #[arg(long, default_value_t = 10)]
         messages: usize,
     },
+    /// One super group of N members (the first `online` of them real users, connected;
+    /// the rest synthetic ids); its owner sends K messages (at R/s, 0: one after another).
+    /// Measures send → live hint on every online member, then member pages, search and
+    /// the most active members over the whole group.
+    Super {
+        #[arg(long, default_value_t = 100_000)]
+        members: usize,
+        #[arg(long, default_value_t = 1_000)]
+        online: usize,
+        #[arg(long, default_value_t = 20)]
+        messages: usize,
+        #[arg(long, default_value_t = 0)]
+        rate: u32,
+    },
     /// Like `direct`, with every device dropped and reconnected once mid-run.
     Reconnect {
         #[arg(long, default_value_t = 50)]

@@ -107,4 +107,51 @@ impl Admin {
         }
         Ok(group_id)
     }
+
+    /// A super group owned by `members[0]` with `members` and synthetic ids (1, 2, …,
+    /// never users) up to `size` members in all; its id.
+    pub(super) async fn super_group(&self, members: &[User], size: usize) -> anyhow::Result<i64> {
+        let (owner, rest) = members
+            .split_first()
+            .ok_or_else(|| anyhow::anyhow!("a group needs an owner"))?;
+        anyhow::ensure!(members.len() <= size, "more online members than members");
+        let create = CreateGroupRequest {
+            name: "bench super group".into(),
+            r#type: GroupType::Super as i32,
+            max_member: size as u32,
+            ..Default::default()
+        };
+        let mut groups = self.groups.clone();
+        let group_id = groups
+            .create_group(self.caller.request(Actor::User(owner.id), create))
+            .await?
+            .into_inner()
+            .group
+            .ok_or_else(|| anyhow::anyhow!("CreateGroup answered without a group"))?
+            .group_id;
+        let synthetic = (size - members.len()) as i64;
+        let ids: Vec<i64> = rest.iter().map(|u| u.id).chain(1..=synthetic).collect();
+        for chunk in ids.chunks(IMPORT_CHUNK) {
+            let import = ImportMembersRequest {
+                group_id,
+                user_ids: chunk.to_vec(),
+            };
+            groups
+                .import_members(self.caller.request(Actor::System, import))
+                .await?;
+        }
+        Ok(group_id)
+    }
+
+    /// group-svc, called as `user`.
+    pub(super) fn groups_as<T>(
+        &self,
+        user: i64,
+        message: T,
+    ) -> (GroupServiceClient<Channel>, tonic::Request<T>) {
+        (
+            self.groups.clone(),
+            self.caller.request(Actor::User(user), message),
+        )
+    }
 }

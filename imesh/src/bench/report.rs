@@ -37,6 +37,7 @@ pub struct Report {
     pub latency: Latency,
     pub server: Option<Server>,
     pub receipts: Option<Receipts>,
+    pub super_group: Option<SuperGroup>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -114,6 +115,19 @@ pub struct Receipts {
     pub fully_read_latency: Latency,
 }
 
+/// The super group scenario's own figures: its size and how long each query took.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SuperGroup {
+    pub members: u64,
+    pub online: u64,
+    /// Every member page (500 a page), one call at a time.
+    pub pages: Latency,
+    /// Searches by nickname.
+    pub search: Latency,
+    /// The 50 most active members.
+    pub active: Latency,
+}
+
 impl Report {
     pub fn rates(&mut self, elapsed: Duration) {
         let secs = elapsed.as_secs_f64().max(1e-9);
@@ -162,6 +176,15 @@ impl Report {
                 ),
             ));
             rows.push(("send → read by all", latency(&r.fully_read_latency)));
+        }
+        if let Some(g) = &self.super_group {
+            rows.push((
+                "super group",
+                format!("{} members, {} online", g.members, g.online),
+            ));
+            rows.push(("member page", latency(&g.pages)));
+            rows.push(("member search", latency(&g.search)));
+            rows.push(("active members", latency(&g.active)));
         }
         if let Some(s) = &self.server {
             rows.push((

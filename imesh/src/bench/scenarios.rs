@@ -26,6 +26,8 @@ use super::{
     tally::{self, Arrival},
 };
 
+mod super_group;
+
 /// Without progress for this long after the last send, the run stops waiting.
 const DRAIN: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(10);
@@ -68,6 +70,20 @@ pub(super) async fn run(run: &Run, admin: &Admin) -> anyhow::Result<Report> {
             hold_secs,
         } => idle(run, admin, connections, hold_secs).await,
         Scenario::Receipts { size, messages } => receipts(run, admin, size, messages).await,
+        Scenario::Super {
+            members,
+            online,
+            messages,
+            rate,
+        } => {
+            let shape = super_group::Shape {
+                members,
+                online,
+                messages,
+                rate,
+            };
+            super_group::run(run, admin, shape).await
+        }
     }
 }
 

@@ -32,6 +32,12 @@ pub enum Arrival {
     Message { conversation_id: String, seq: i64 },
     /// A receipt message's read count moved (to its sender).
     Receipt(ReceiptCount),
+    /// A live hint: a read-fanout conversation reached `latest_seq`, heard `at`.
+    Hint {
+        conversation_id: String,
+        latest_seq: i64,
+        at: Instant,
+    },
 }
 
 pub struct Tally {
@@ -94,10 +100,24 @@ impl Tally {
     pub fn pushed(&self, entries: Vec<InboxEntry>) {
         for entry in entries {
             if entry.sync_seq == 0 {
-                continue; // a live hint, not an inbox entry
+                self.hinted(entry.event); // live only, not an inbox entry
+                continue;
             }
             self.take(entry.sync_seq, entry.event, false);
         }
+    }
+
+    fn hinted(&self, event: Option<SyncEvent>) {
+        let (Some(arrivals), Some(sync_event::Kind::Advanced(hint))) =
+            (&self.arrivals, event.and_then(|e| e.kind))
+        else {
+            return;
+        };
+        let _ = arrivals.send(Arrival::Hint {
+            conversation_id: hint.conversation_id,
+            latest_seq: hint.latest_seq,
+            at: Instant::now(),
+        });
     }
 
     /// Entries a pull returned: deliveries the pushes missed, if they are new.

@@ -1,6 +1,6 @@
 //! `imesh bench` at tiny sizes against a real cluster: every scenario over WebSocket (and
-//! `direct` over TCP) delivers every message exactly once, reports what it measured, and
-//! rides through rate limits and reconnects.
+//! `direct` over TCP) delivers every message exactly once (a super group's as live hints),
+//! reports what it measured, and rides through rate limits and reconnects.
 
 use imesh::bench::{Report, Scenario, Spec};
 use imesh_tests::{INTERNAL_SECRET, Stores, TestCluster};
@@ -138,6 +138,34 @@ async fn group_receipts_and_reconnect_deliver_each_message_once() {
         .await
         .unwrap();
     assert_exact(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_super_group_hints_every_online_member_and_times_its_queries() {
+    let env = unlimited().await;
+    let super_group = Scenario::Super {
+        members: 3_000,
+        online: 12,
+        messages: 5,
+        rate: 0,
+    };
+    let report = imesh::bench::run(spec(&env, ws(&env), super_group), false)
+        .await
+        .unwrap();
+    assert_exact(&report);
+    assert_eq!(
+        (report.sends, report.expected),
+        (5, 11 * 5),
+        "{}",
+        report.table()
+    );
+    let figures = report
+        .super_group
+        .as_ref()
+        .expect("the super group's figures");
+    assert_eq!((figures.members, figures.online), (3_000, 12));
+    assert_eq!(figures.pages.count, 6, "3,000 members, 500 a page");
+    assert_eq!((figures.search.count, figures.active.count), (50, 50));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
