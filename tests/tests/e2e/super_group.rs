@@ -98,6 +98,32 @@ impl Group {
         seqs
     }
 
+    /// What `user` catches up with from `after_seq`: `History { after_seq }` pages, oldest
+    /// first, until the last.
+    async fn catch_up(&self, user: i64, mut after_seq: i64) -> Vec<i64> {
+        let mut seqs = Vec::new();
+        loop {
+            let page = HistoryRequest {
+                conversation_id: self.conversation(),
+                after_seq,
+                limit: 2,
+                ..HistoryRequest::default()
+            };
+            let page = self
+                .messages
+                .clone()
+                .history(self.env.caller.request(Actor::User(user), page))
+                .await
+                .expect("history")
+                .into_inner();
+            seqs.extend(page.messages.iter().map(|m| m.seq));
+            match page.messages.last() {
+                Some(newest) if page.has_more => after_seq = newest.seq,
+                _ => return seqs,
+            }
+        }
+    }
+
     async fn member_count(&self) -> u32 {
         let get = GetGroupRequest { group_id: self.id };
         self.groups
@@ -290,6 +316,12 @@ async fn scenario(stores: Stores) {
         "{stores:?}: join_seq {join_seq} in {everything:?}"
     );
     assert_eq!(group.readable_seqs(late).await, visible, "{stores:?}");
+    assert_eq!(
+        group.catch_up(late, 1).await,
+        visible,
+        "{stores:?}: catching up from before its join starts at join_seq"
+    );
+    assert_eq!(group.catch_up(late, join_seq).await, visible, "{stores:?}");
 
     // member_count is exact through the churn, and a recount agrees with it.
     let expected = MEMBERS - QUITTERS + JOINERS + 1;
