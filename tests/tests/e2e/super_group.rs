@@ -2,9 +2,9 @@
 //! super group holds: one more is refused), 1,000 of the members online through real
 //! gateway connections. Messages sent while members quit and others join reach every
 //! online member as a live hint and can be fetched; a member who joined late and never
-//! connected catches up with exactly what its `join_seq` allows; member pages, search and
-//! the most active members answer over the whole group; `member_count` stays exact
-//! through the quits and joins.
+//! connected catches up (`History { after_seq }`) with exactly what its `join_seq`
+//! allows; member pages, search and the most active members answer over the whole group;
+//! `member_count` stays exact through the quits and joins.
 
 use std::collections::HashSet;
 
