@@ -78,46 +78,41 @@ impl Admin {
 
     /// A normal (write-fanout) group owned by `members[0]` holding all of `members`; its id.
     pub(super) async fn group(&self, members: &[User]) -> anyhow::Result<i64> {
-        let (owner, rest) = members
-            .split_first()
-            .ok_or_else(|| anyhow::anyhow!("a group needs an owner"))?;
-        let create = CreateGroupRequest {
-            name: "bench".into(),
-            r#type: GroupType::Normal as i32,
-            max_member: members.len().max(2) as u32,
-            ..Default::default()
-        };
-        let mut groups = self.groups.clone();
-        let group_id = groups
-            .create_group(self.caller.request(Actor::User(owner.id), create))
-            .await?
-            .into_inner()
-            .group
-            .ok_or_else(|| anyhow::anyhow!("CreateGroup answered without a group"))?
-            .group_id;
-        let ids: Vec<i64> = rest.iter().map(|u| u.id).collect();
-        for chunk in ids.chunks(IMPORT_CHUNK) {
-            let import = ImportMembersRequest {
-                group_id,
-                user_ids: chunk.to_vec(),
-            };
-            groups
-                .import_members(self.caller.request(Actor::System, import))
-                .await?;
-        }
-        Ok(group_id)
+        let ids = members.iter().skip(1).map(|u| u.id);
+        self.group_of(
+            members,
+            GroupType::Normal,
+            members.len().max(2),
+            ids.collect(),
+        )
+        .await
     }
 
     /// A super group owned by `members[0]` with `members` and synthetic ids (1, 2, …,
     /// never users) up to `size` members in all; its id.
     pub(super) async fn super_group(&self, members: &[User], size: usize) -> anyhow::Result<i64> {
-        let (owner, rest) = members
-            .split_first()
-            .ok_or_else(|| anyhow::anyhow!("a group needs an owner"))?;
         anyhow::ensure!(members.len() <= size, "more online members than members");
+        let synthetic = (size - members.len()) as i64;
+        let ids = members.iter().skip(1).map(|u| u.id).chain(1..=synthetic);
+        self.group_of(members, GroupType::Super, size, ids.collect())
+            .await
+    }
+
+    /// A group of `kind` for up to `size` members, owned by `members[0]`, with `imported`
+    /// added by ImportMembers; its id.
+    async fn group_of(
+        &self,
+        members: &[User],
+        kind: GroupType,
+        size: usize,
+        imported: Vec<i64>,
+    ) -> anyhow::Result<i64> {
+        let owner = members
+            .first()
+            .ok_or_else(|| anyhow::anyhow!("a group needs an owner"))?;
         let create = CreateGroupRequest {
-            name: "bench super group".into(),
-            r#type: GroupType::Super as i32,
+            name: "bench".into(),
+            r#type: kind as i32,
             max_member: size as u32,
             ..Default::default()
         };
@@ -129,9 +124,7 @@ impl Admin {
             .group
             .ok_or_else(|| anyhow::anyhow!("CreateGroup answered without a group"))?
             .group_id;
-        let synthetic = (size - members.len()) as i64;
-        let ids: Vec<i64> = rest.iter().map(|u| u.id).chain(1..=synthetic).collect();
-        for chunk in ids.chunks(IMPORT_CHUNK) {
+        for chunk in imported.chunks(IMPORT_CHUNK) {
             let import = ImportMembersRequest {
                 group_id,
                 user_ids: chunk.to_vec(),

@@ -72,53 +72,47 @@ impl Group {
 
     /// Every seq `user` may read, oldest first: history pages from the newest back.
     async fn readable_seqs(&self, user: i64) -> Vec<i64> {
-        let mut seqs = Vec::new();
-        let mut before_seq = 0;
-        loop {
-            let page = HistoryRequest {
-                conversation_id: self.conversation(),
-                before_seq,
-                limit: 100,
-                ..HistoryRequest::default()
-            };
-            let page = self
-                .messages
-                .clone()
-                .history(self.env.caller.request(Actor::User(user), page))
-                .await
-                .expect("history")
-                .into_inner();
-            seqs.extend(page.messages.iter().map(|m| m.seq));
-            match page.messages.last() {
-                Some(oldest) if page.has_more => before_seq = oldest.seq,
-                _ => break,
-            }
-        }
+        let mut seqs = self
+            .history_seqs(user, 0, 100, |page, oldest| page.before_seq = oldest)
+            .await;
         seqs.reverse();
         seqs
     }
 
     /// What `user` catches up with from `after_seq`: `History { after_seq }` pages, oldest
     /// first, until the last.
-    async fn catch_up(&self, user: i64, mut after_seq: i64) -> Vec<i64> {
+    async fn catch_up(&self, user: i64, after_seq: i64) -> Vec<i64> {
+        self.history_seqs(user, after_seq, 2, |page, newest| page.after_seq = newest)
+            .await
+    }
+
+    /// The seqs of `user`'s history pages of `limit`, in the order read, each page asked
+    /// after the last seq of the one before (`next`) while there are more.
+    async fn history_seqs(
+        &self,
+        user: i64,
+        after_seq: i64,
+        limit: u32,
+        next: impl Fn(&mut HistoryRequest, i64),
+    ) -> Vec<i64> {
+        let mut request = HistoryRequest {
+            conversation_id: self.conversation(),
+            after_seq,
+            limit,
+            ..HistoryRequest::default()
+        };
         let mut seqs = Vec::new();
         loop {
-            let page = HistoryRequest {
-                conversation_id: self.conversation(),
-                after_seq,
-                limit: 2,
-                ..HistoryRequest::default()
-            };
             let page = self
                 .messages
                 .clone()
-                .history(self.env.caller.request(Actor::User(user), page))
+                .history(self.env.caller.request(Actor::User(user), request.clone()))
                 .await
                 .expect("history")
                 .into_inner();
             seqs.extend(page.messages.iter().map(|m| m.seq));
             match page.messages.last() {
-                Some(newest) if page.has_more => after_seq = newest.seq,
+                Some(last) if page.has_more => next(&mut request, last.seq),
                 _ => return seqs,
             }
         }
