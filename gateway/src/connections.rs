@@ -181,9 +181,11 @@ impl Connections {
     }
 
     /// Queues `frame` on connection `id`; false when the connection is gone or too slow
-    /// (then it is closed).
+    /// (then it is closed). The handle is used under the registry's read lock, not cloned
+    /// per frame.
     pub fn offer(&self, id: u64, frame: Out) -> bool {
-        let Some(handle) = self.open.read().get(&id).cloned() else {
+        let open = self.open.read();
+        let Some(handle) = open.get(&id) else {
             return false;
         };
         match handle.frames.try_send(frame) {
