@@ -118,6 +118,7 @@ struct Serve {
 }
 
 /// The command line of a service with a database: `<service> [--config FILE] [migrate]`.
+#[cfg(feature = "sql")]
 #[derive(Debug, clap::Parser)]
 struct ServeOrMigrate {
     #[command(flatten)]
@@ -133,6 +134,7 @@ struct ConfigFile {
     config: Option<PathBuf>,
 }
 
+#[cfg(feature = "sql")]
 #[derive(Debug, clap::Subcommand)]
 enum SchemaCommand {
     /// Bring the database schema up to date and exit (the Helm chart's migration Job)
@@ -163,7 +165,8 @@ where
 
 /// [`start`] for a service with a database, whose program also takes `migrate`: true when
 /// it was asked to bring the schema up to date and exit.
-pub fn start_with_schema<S>(
+#[cfg(feature = "sql")]
+fn start_with_schema<S>(
     service: &'static str,
 ) -> (Settings<S>, crate::telemetry::TelemetryGuard, bool)
 where
@@ -195,7 +198,7 @@ where
 
 /// Stops the program when several replicas would keep per-process state: seq counters,
 /// caches, presence and rate limits are shared through Redis or not at all.
-pub fn require_shared_state(service: &str, replicas: u32, redis: &crate::config::RedisConfig) {
+fn require_shared_state(service: &str, replicas: u32, redis: &crate::config::RedisConfig) {
     if replicas > 1 && redis.url().is_none() {
         exit(
             service,
@@ -209,7 +212,7 @@ pub fn require_shared_state(service: &str, replicas: u32, redis: &crate::config:
 
 /// Runs `M`'s migrations on `database`, logs the outcome and closes the connection.
 #[cfg(feature = "sql")]
-pub async fn migrate<M: sea_orm_migration::MigratorTrait>(
+async fn migrate<M: sea_orm_migration::MigratorTrait>(
     service: &str,
     database: &crate::config::SqlConfig,
 ) -> anyhow::Result<()> {
@@ -231,6 +234,7 @@ mod tests {
 
     use super::*;
 
+    #[cfg(feature = "sql")]
     #[test]
     fn a_service_with_a_database_takes_a_config_file_and_migrate() {
         let args =
