@@ -90,6 +90,15 @@ async fn the_operation_log_pages_newest_first_for_admins_and_operators_only() {
         .unwrap_err();
     assert_eq!(too_many.code(), Code::InvalidArgument);
     assert!(too_many.message().starts_with("limit"), "{too_many:?}");
+    let negative = api
+        .list_operations(user(1, page(g, -1, 10)))
+        .await
+        .unwrap_err();
+    assert_eq!(negative.code(), Code::InvalidArgument);
+    assert!(
+        negative.message().starts_with("before_version"),
+        "{negative:?}"
+    );
     let unknown = api
         .list_operations(call(Actor::System, page(g + 1, 0, 10)))
         .await
