@@ -141,6 +141,19 @@ pub fn redis_servers() -> Vec<(&'static str, RedisConfig)> {
     out
 }
 
+/// A connected pool on each of [`redis_servers`], with its name.
+pub async fn redis_pools() -> Vec<(&'static str, fred::prelude::Pool)> {
+    let mut out = Vec::new();
+    for (name, config) in redis_servers() {
+        let url = config.url().expect("a test Redis has a URL");
+        let pool = crate::redis::connect(&config, url)
+            .await
+            .expect("the test Redis answers");
+        out.push((name, pool));
+    }
+    out
+}
+
 fn redis_config(url: String) -> RedisConfig {
     RedisConfig {
         url: Secret::new(url),

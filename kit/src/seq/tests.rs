@@ -18,10 +18,7 @@ async fn ceilings(backend: Backend) -> Arc<SqlCeilings> {
 /// Counters on every test Redis (single node and cluster), with their pools.
 async fn redis_counters() -> Vec<(RedisCounters, fred::prelude::Pool)> {
     let mut out = Vec::new();
-    for (_, config) in testing::redis_servers() {
-        let pool = crate::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
+    for (_, pool) in testing::redis_pools().await {
         out.push((RedisCounters::new(pool.clone()), pool));
     }
     out

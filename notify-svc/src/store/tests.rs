@@ -10,10 +10,7 @@ use crate::domain::ports::{DeviceRoute, Presence};
 async fn adapters() -> Vec<(&'static str, Arc<dyn Presence>)> {
     let mut out: Vec<(&'static str, Arc<dyn Presence>)> =
         vec![("memory", Arc::new(MemoryPresence::default()))];
-    for (name, config) in testing::redis_servers() {
-        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
+    for (name, pool) in testing::redis_pools().await {
         out.push((name, Arc::new(RedisPresence::new(pool))));
     }
     out

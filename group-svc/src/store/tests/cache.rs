@@ -18,10 +18,7 @@ async fn caches() -> Vec<(&'static str, Arc<dyn GroupCache>)> {
         "memory",
         Arc::new(memory::MemoryGroupCache::new(Duration::from_secs(60))),
     )];
-    for (name, config) in testing::redis_servers() {
-        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
+    for (name, pool) in testing::redis_pools().await {
         out.push((
             name,
             Arc::new(redis::RedisGroupCache::new(pool, Duration::from_secs(60))),

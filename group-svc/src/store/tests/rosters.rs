@@ -14,10 +14,7 @@ use crate::{
 pub(crate) async fn rosters() -> Vec<(&'static str, Arc<dyn Rosters>)> {
     let mut out: Vec<(&'static str, Arc<dyn Rosters>)> =
         vec![("memory", Arc::new(memory::MemoryRosters::default()))];
-    for (name, config) in testing::redis_servers() {
-        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
+    for (name, pool) in testing::redis_pools().await {
         out.push((name, Arc::new(redis::RedisRosters::new(pool))));
     }
     out

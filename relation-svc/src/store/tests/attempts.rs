@@ -10,10 +10,7 @@ use crate::store::{memory::MemoryAttempts, redis::RedisAttempts};
 async fn adapters() -> Vec<(&'static str, Arc<dyn Attempts>)> {
     let mut out: Vec<(&'static str, Arc<dyn Attempts>)> =
         vec![("memory", Arc::new(MemoryAttempts::default()))];
-    for (name, config) in testing::redis_servers() {
-        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
+    for (name, pool) in testing::redis_pools().await {
         out.push((name, Arc::new(RedisAttempts::new(pool))));
     }
     out

@@ -15,10 +15,7 @@ async fn caches() -> Vec<(&'static str, Arc<dyn EdgeCache>)> {
         "memory",
         Arc::new(memory::MemoryEdgeCache::new(Duration::from_secs(60))),
     )];
-    for (name, config) in testing::redis_servers() {
-        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
+    for (name, pool) in testing::redis_pools().await {
         out.push((
             name,
             Arc::new(redis::RedisEdgeCache::new(pool, Duration::from_secs(60))),

@@ -20,10 +20,7 @@ struct Rig {
 /// Receipt bits in process, and in every test Redis.
 async fn all_bits() -> Vec<Arc<dyn ReceiptBits>> {
     let mut out: Vec<Arc<dyn ReceiptBits>> = vec![Arc::new(MemoryBits::default())];
-    for (_, config) in testing::redis_servers() {
-        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
+    for (_, pool) in testing::redis_pools().await {
         let ttl = std::time::Duration::from_secs(60);
         out.push(Arc::new(crate::store::redis::RedisBits::new(pool, ttl)));
     }
@@ -357,10 +354,7 @@ async fn concurrent_readers_each_count_once_on_every_bits_adapter() {
 
 #[tokio::test]
 async fn a_flushed_redis_arena_is_rebuilt_from_the_watermarks() {
-    for (_, config) in testing::redis_servers() {
-        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
+    for (_, pool) in testing::redis_pools().await {
         let ttl = std::time::Duration::from_secs(60);
         let rig = rig_on(Arc::new(crate::store::redis::RedisBits::new(
             pool.clone(),

@@ -11,10 +11,7 @@ use crate::store::{memory, redis};
 async fn adapters() -> Vec<(&'static str, Arc<dyn ReceiptBits>)> {
     let mut out: Vec<(&'static str, Arc<dyn ReceiptBits>)> =
         vec![("memory", Arc::new(memory::MemoryBits::default()))];
-    for (name, config) in testing::redis_servers() {
-        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
+    for (name, pool) in testing::redis_pools().await {
         out.push((
             name,
             Arc::new(redis::RedisBits::new(pool, Duration::from_secs(60))),
@@ -100,10 +97,7 @@ fn bits_count_from_the_most_significant_bit_of_each_byte() {
 #[tokio::test]
 async fn redis_arenas_expire_whether_a_read_or_a_rebuild_created_them() {
     use fred::prelude::KeysInterface as _;
-    for (name, config) in testing::redis_servers() {
-        let pool = imesh_kit::redis::connect(&config, config.url().unwrap())
-            .await
-            .unwrap();
+    for (name, pool) in testing::redis_pools().await {
         let bits = redis::RedisBits::new(pool.clone(), Duration::from_secs(60));
         let (read_first, merged_first) = (conversation(), conversation());
         bits.set(&read_first, &[9]).await.unwrap();
