@@ -16,6 +16,16 @@ pub const LIST_KEYS: &[&str] = &[
     "gateway.admission.trusted_proxies",
     "auth.jwt_verify_secrets",
     "auth.jwt_public_keys",
+    "files.image.mime_types",
+    "files.file.mime_types",
+    "files.audio.mime_types",
+    "files.video.mime_types",
+    "files.thumbnail.mime_types",
+    "message.files.image.mime_types",
+    "message.files.file.mime_types",
+    "message.files.audio.mime_types",
+    "message.files.video.mime_types",
+    "message.files.thumbnail.mime_types",
 ];
 
 /// Loads `T` from `file` (if given) and the `IMESH__…` environment; absent keys keep

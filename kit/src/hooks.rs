@@ -31,6 +31,34 @@ pub fn signature(secret: &str, unix_ms: i64, body: &[u8]) -> String {
     )
 }
 
+/// An HTTP(S) client trusting the public roots and, when `ca_file` names one, a company CA
+/// (PEM); every call and connect bounded by `timeout`. `what` names the setting in errors.
+pub fn http_client(
+    what: &str,
+    ca_file: &str,
+    timeout: Duration,
+) -> anyhow::Result<reqwest::Client> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if !ca_file.is_empty() {
+        let extra = crate::tls::roots(std::path::Path::new(ca_file))
+            .with_context(|| format!("{what}.ca_file"))?;
+        roots.extend(extra.roots);
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .build()
+        .with_context(|| format!("{what}: building the HTTP client"))
+}
+
 /// Whether an endpoint's calls must be signed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signing {
@@ -85,26 +113,8 @@ impl Hook {
             secret.len() >= 16 || (signing == Signing::Optional && secret.is_empty()),
             "{what}.secret: must be at least 16 characters"
         );
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        if !config.ca_file.is_empty() {
-            let extra = crate::tls::roots(std::path::Path::new(&config.ca_file))
-                .with_context(|| format!("{what}.ca_file"))?;
-            roots.extend(extra.roots);
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
         let timeout = Duration::from_millis(config.timeout_ms.max(1));
-        let client = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .build()
-            .with_context(|| format!("{what}: building the HTTP client"))?;
+        let client = http_client(what, &config.ca_file, timeout)?;
         Ok(Some(Self {
             client,
             url,

@@ -11,6 +11,7 @@
 //! - `sql`, `redis` (features of the same names, on by default): store connections; `seq`
 //!   (both): the seqsvr-style sequence allocator; `outbox` (`sql`): the transactional
 //!   outbox and its relay. The gateway builds without either, notify-svc with Redis only.
+//! - [`files`]: signed links to the embedded file store's objects.
 //! - [`tls`]: the server side of TLS (client listeners, and mutual TLS between services).
 //! - `testing` (feature `testing`, for tests and benches): the real stores tests run on.
 //!
@@ -22,6 +23,7 @@
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod grpc;
 pub mod hooks;
 pub mod identity;

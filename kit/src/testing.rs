@@ -161,6 +161,31 @@ fn redis_config(url: String) -> RedisConfig {
     }
 }
 
+/// A fresh empty folder under the temporary directory (the test command's, removed with
+/// its stores).
+pub fn scratch_dir(what: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("imesh-{what}-{}", random_id()));
+    std::fs::create_dir_all(&dir).expect("a scratch folder");
+    dir
+}
+
+/// The test S3-compatible server (`IMESH_TEST_S3_URL`, with `IMESH_TEST_S3_ACCESS_KEY` and
+/// `IMESH_TEST_S3_SECRET_KEY`), when one is configured.
+#[derive(Debug, Clone)]
+pub struct S3Server {
+    pub endpoint: String,
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+pub fn s3() -> Option<S3Server> {
+    Some(S3Server {
+        endpoint: env_url("IMESH_TEST_S3_URL")?,
+        access_key: env_url("IMESH_TEST_S3_ACCESS_KEY")?,
+        secret_key: env_url("IMESH_TEST_S3_SECRET_KEY")?,
+    })
+}
+
 /// A random positive id, so tests sharing one Redis or database never collide.
 pub fn random_id() -> i64 {
     rand::rng().random_range(1_000_000..i64::MAX / 4)

@@ -79,6 +79,35 @@ pub struct Config {
     /// `reaction_flush_ms`, instead of one event per reaction.
     pub reaction_coalesce_members: usize,
     pub reaction_flush_ms: u64,
+    pub files: FilesConfig,
+}
+
+/// Uploads: where their bytes are kept, and the rules of [`domain::FileRules`]
+/// (`files.image.max_bytes`, `files.unreferenced_ttl_secs`, …).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct FilesConfig {
+    pub store: store::blobs::Backend,
+    pub local: store::blobs::LocalConfig,
+    pub s3: store::blobs::S3Config,
+    /// How often objects no message references are looked for.
+    pub sweep_interval_secs: u64,
+    #[serde(flatten)]
+    pub rules: domain::FileRules,
+}
+
+impl FilesConfig {
+    /// The configured object store.
+    fn blobs(&self, auth: &AuthConfig) -> anyhow::Result<Arc<dyn domain::Blobs>> {
+        use store::blobs::{Backend, LocalBlobs, S3Blobs};
+        Ok(match self.store {
+            Backend::Local => Arc::new(LocalBlobs::new(
+                &self.local,
+                imesh_kit::files::LinkSigner::new(&auth.internal_secret),
+            )?),
+            Backend::S3 => Arc::new(S3Blobs::new(&self.s3)?),
+        })
+    }
 }
 
 /// Sends allowed per second on each replica; 0 turns a limit off.
@@ -121,6 +150,10 @@ impl Default for Config {
             before_send_fail_open: true,
             reaction_coalesce_members: 100,
             reaction_flush_ms: 1_000,
+            files: FilesConfig {
+                sweep_interval_secs: 600,
+                ..FilesConfig::default()
+            },
         }
     }
 }
@@ -189,11 +222,17 @@ impl Service {
             hook: Arc::new(peers::hooks::AppServerCheck(hook)),
             fail_open: config.before_send_fail_open,
         });
+        let store = Arc::new(store::sql::SqlMessageStore::handing_off(
+            db.clone(),
+            relay.handoff(),
+        ));
+        let files = domain::Files {
+            store: store.clone(),
+            blobs: config.files.blobs(auth)?,
+            rules: config.files.rules.clone(),
+        };
         let messages = domain::Messages::new(
-            Arc::new(store::sql::SqlMessageStore::handing_off(
-                db.clone(),
-                relay.handoff(),
-            )),
+            store,
             domain::Peers {
                 relations: Arc::new(directory),
                 groups: Arc::new(groups),
@@ -226,6 +265,7 @@ impl Service {
                     config.rate_limits.user_per_sec,
                     config.rate_limits.group_per_sec,
                 ),
+                files,
             },
         );
         Ok(Self {
@@ -252,6 +292,10 @@ impl Service {
             self.messages.clone(),
             std::time::Duration::from_millis(self.config.reaction_flush_ms.max(1)),
         ));
+        let sweeping = tokio::spawn(sweep_files(
+            self.messages.clone(),
+            std::time::Duration::from_secs(self.config.files.sweep_interval_secs.max(1)),
+        ));
         let api = api::MessageApi::new(self.messages);
         grpc::Server::new(&self.config.grpc)
             .internal(MessageServiceServer::new(api), &self.auth)
@@ -259,6 +303,7 @@ impl Service {
             .metrics(self.registry)
             .then_stop(async move {
                 flushing.abort();
+                sweeping.abort();
                 Ok(())
             })
             .then_stop(relay.stop())
@@ -280,6 +325,22 @@ async fn flush_reactions(messages: Arc<domain::Messages>, every: std::time::Dura
         ticks.tick().await;
         if let Err(e) = messages.flush_reactions().await {
             tracing::warn!(error = %e, "flushing reaction counts failed; trying again next tick");
+        }
+    }
+}
+
+/// Deletes the objects no message references every `every`, until aborted.
+async fn sweep_files(messages: Arc<domain::Messages>, every: std::time::Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match messages.sweep_files().await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "deleted objects no message references"),
+            Err(e) => {
+                tracing::warn!(error = %e, "sweeping unreferenced objects failed; trying again next tick")
+            }
         }
     }
 }

@@ -6,8 +6,9 @@ use imesh_protos::message as pb;
 use tonic::Status;
 
 use crate::domain::{
-    Content, Error, GroupRefusal, Hidden, Media, MediaKind, Mentions, Message, Notice,
-    NoticeOutcome, PinnedMessage, ReactionCount, SendCommand, Sent, Target,
+    Content, Download, Error, GroupRefusal, Hidden, Media, MediaKind, Mentions, Message, Notice,
+    NoticeOutcome, PinnedMessage, ReactionCount, SendCommand, Sent, Target, Ticket, UploadKind,
+    UploadRequest, UploadTarget,
 };
 
 pub(crate) fn send_command(request: pb::SendRequest) -> SendCommand {
@@ -114,7 +115,12 @@ pub(crate) fn status(err: Error) -> Status {
         Error::NotParticipant | Error::RecallRefused(_) => {
             Status::permission_denied(err.to_string())
         }
-        Error::NoMessage => Status::not_found(err.to_string()),
+        Error::NoMessage | Error::NoObject => Status::not_found(err.to_string()),
+        Error::Precondition(..) => Status::failed_precondition(err.to_string()),
+        Error::Blobs(ref e) => {
+            tracing::error!(error = %format!("{e:#}"), "object storage failed");
+            Status::unavailable("object storage is unavailable; retry later")
+        }
         Error::NotSender => Status::permission_denied(err.to_string()),
         Error::EditRefused(_) | Error::PinsFull | Error::ReactRecalled | Error::ReactionsFull => {
             Status::failed_precondition(err.to_string())
@@ -239,6 +245,8 @@ fn media_to_proto(media: Media) -> pb::Media {
         duration_ms,
         name,
         thumbnail_url,
+        object_key,
+        thumbnail_key,
     } = media;
     pb::Media {
         url,
@@ -249,6 +257,8 @@ fn media_to_proto(media: Media) -> pb::Media {
         duration_ms,
         name,
         thumbnail_url,
+        object_key,
+        thumbnail_key,
     }
 }
 
@@ -262,6 +272,8 @@ fn media_from_proto(media: pb::Media) -> Media {
         duration_ms,
         name,
         thumbnail_url,
+        object_key,
+        thumbnail_key,
     } = media;
     Media {
         url,
@@ -272,6 +284,8 @@ fn media_from_proto(media: pb::Media) -> Media {
         duration_ms,
         name,
         thumbnail_url,
+        object_key,
+        thumbnail_key,
     }
 }
 
@@ -289,5 +303,44 @@ pub fn hidden_to_proto(hidden: &Hidden) -> pb::HiddenForMe {
         conversation_id: hidden.conversation_id.clone(),
         seqs: hidden.seqs.clone(),
         cleared_seq: hidden.cleared_seq,
+    }
+}
+
+pub fn upload_request(request: pb::CreateUploadRequest) -> UploadRequest {
+    use pb::UploadKind as K;
+    let kind = match request.kind() {
+        K::Unspecified => None,
+        K::Image => Some(UploadKind::Image),
+        K::File => Some(UploadKind::File),
+        K::Audio => Some(UploadKind::Audio),
+        K::Video => Some(UploadKind::Video),
+    };
+    UploadRequest {
+        kind,
+        mime_type: request.mime_type,
+        size_bytes: request.size_bytes,
+        thumbnail_size_bytes: request.thumbnail_size_bytes,
+        thumbnail_mime_type: request.thumbnail_mime_type,
+    }
+}
+
+pub fn ticket_to_proto(ticket: Ticket) -> pb::CreateUploadResponse {
+    let target = |t: UploadTarget| pb::UploadTarget {
+        object_key: t.key,
+        url: t.url,
+        headers: t.headers.into_iter().collect(),
+    };
+    pb::CreateUploadResponse {
+        object: Some(target(ticket.object)),
+        thumbnail: ticket.thumbnail.map(target),
+        expires_at_ms: ticket.expires_at_ms,
+    }
+}
+
+pub fn download_to_proto(download: Download) -> pb::GetDownloadResponse {
+    pb::GetDownloadResponse {
+        url: download.url,
+        thumbnail_url: download.thumbnail_url.unwrap_or_default(),
+        expires_at_ms: download.expires_at_ms,
     }
 }

@@ -10,8 +10,9 @@ use imesh_protos::message::{self as pb, message_service_server::MessageService};
 use tonic::{Request, Response, Status};
 
 use self::convert::{
-    content_from_proto, hidden_to_proto, message_to_proto, notice_result, pinned_to_proto,
-    reactions_to_proto, send_command, send_outcome, sent_to_proto, status,
+    content_from_proto, download_to_proto, hidden_to_proto, message_to_proto, notice_result,
+    pinned_to_proto, reactions_to_proto, send_command, send_outcome, sent_to_proto, status,
+    ticket_to_proto, upload_request,
 };
 use crate::domain::{HistoryPage, Messages, NoticeCommand, Sender};
 
@@ -266,6 +267,36 @@ impl MessageService for MessageApi {
             messages: page.messages.iter().map(message_to_proto).collect(),
             next_before_msg_id: page.next_before,
         }))
+    }
+
+    async fn create_upload(
+        &self,
+        request: Request<pb::CreateUploadRequest>,
+    ) -> Result<Response<pb::CreateUploadResponse>, Status> {
+        let by = sender(&request)?;
+        let ticket = self
+            .messages
+            .create_upload(by, upload_request(request.into_inner()))
+            .await
+            .map_err(status)?;
+        Ok(Response::new(ticket_to_proto(ticket)))
+    }
+
+    async fn get_download(
+        &self,
+        request: Request<pb::GetDownloadRequest>,
+    ) -> Result<Response<pb::GetDownloadResponse>, Status> {
+        let by = sender(&request)?;
+        let pb::GetDownloadRequest {
+            conversation_id,
+            seq,
+        } = request.into_inner();
+        let download = self
+            .messages
+            .download(by, &conversation_id, seq)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(download_to_proto(download)))
     }
 
     async fn delete_for_me(

@@ -9,7 +9,7 @@ pub enum Content {
     Text(String),
     /// Application JSON, opaque to imesh.
     Custom(String),
-    /// A reference to a stored object; imesh keeps no blobs.
+    /// A stored object: the application's (a URL) or uploaded through imesh (a key).
     Media(MediaKind, Media),
     /// Written by the system actor only.
     Notice(Notice),
@@ -32,6 +32,8 @@ impl MediaKind {
                     $(Self::$kind => match name {
                         "url" => concat!($prefix, ".url"),
                         "thumbnail_url" => concat!($prefix, ".thumbnail_url"),
+                        "object_key" => concat!($prefix, ".object_key"),
+                        "thumbnail_key" => concat!($prefix, ".thumbnail_key"),
                         "size_bytes" => concat!($prefix, ".size_bytes"),
                         "mime_type" => concat!($prefix, ".mime_type"),
                         "width" => concat!($prefix, ".width"),
@@ -57,6 +59,10 @@ pub struct Media {
     pub duration_ms: u32,
     pub name: String,
     pub thumbnail_url: String,
+    /// An object uploaded through imesh (instead of `url`).
+    pub object_key: String,
+    /// Its thumbnail, uploaded beside it (instead of `thumbnail_url`).
+    pub thumbnail_key: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +82,21 @@ const MAX_URL: usize = 2048;
 const EXCERPT_CHARS: usize = 100;
 
 impl Content {
+    /// The uploaded objects it references, with the field each is named in.
+    pub fn objects(&self) -> Vec<(&'static str, &str)> {
+        match self {
+            Self::Media(kind, media) => [
+                ("object_key", &media.object_key),
+                ("thumbnail_key", &media.thumbnail_key),
+            ]
+            .into_iter()
+            .filter(|(_, key)| !key.is_empty())
+            .map(|(name, key)| (kind.field(name), key.as_str()))
+            .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     pub fn is_notice(&self) -> bool {
         matches!(self, Self::Notice(_))
     }
@@ -134,11 +155,9 @@ fn parse_json(field: &'static str, json: &str) -> Result<(), Error> {
 
 fn validate_media(kind: MediaKind, media: &Media) -> Result<(), Error> {
     let field = |name| kind.field(name);
-    if let Some(reason) = url_fault(&media.url) {
-        return Err(invalid(field("url"), reason));
-    }
+    validate_location(kind, media)?;
     if !media.thumbnail_url.is_empty()
-        && let Some(reason) = url_fault_of(&media.thumbnail_url)
+        && let Some(reason) = url_fault(&media.thumbnail_url)
     {
         return Err(invalid(field("thumbnail_url"), reason));
     }
@@ -166,14 +185,45 @@ fn validate_media(kind: MediaKind, media: &Media) -> Result<(), Error> {
     Ok(())
 }
 
-fn url_fault(url: &str) -> Option<&'static str> {
-    if url.is_empty() {
-        return Some("must be set");
+/// Where the object is: exactly one of a URL and an uploaded object's key, and a thumbnail
+/// key only beside an object key.
+fn validate_location(kind: MediaKind, media: &Media) -> Result<(), Error> {
+    let field = |name| kind.field(name);
+    match (media.url.is_empty(), media.object_key.is_empty()) {
+        (true, true) => return Err(invalid(field("url"), "set url or object_key")),
+        (false, false) => return Err(invalid(field("url"), "set url or object_key, not both")),
+        (false, true) => {
+            if let Some(reason) = url_fault(&media.url) {
+                return Err(invalid(field("url"), reason));
+            }
+        }
+        (true, false) if !imesh_kit::files::is_object_key(&media.object_key) => {
+            return Err(invalid(
+                field("object_key"),
+                "is not a key CreateUpload gave",
+            ));
+        }
+        (true, false) => {}
     }
-    url_fault_of(url)
+    if media.thumbnail_key.is_empty() {
+        return Ok(());
+    }
+    if media.object_key.is_empty() || !media.thumbnail_url.is_empty() {
+        return Err(invalid(
+            field("thumbnail_key"),
+            "goes with object_key, instead of thumbnail_url",
+        ));
+    }
+    if !imesh_kit::files::is_object_key(&media.thumbnail_key) {
+        return Err(invalid(
+            field("thumbnail_key"),
+            "is not a key CreateUpload gave",
+        ));
+    }
+    Ok(())
 }
 
-fn url_fault_of(url: &str) -> Option<&'static str> {
+fn url_fault(url: &str) -> Option<&'static str> {
     let scheme_ok = url.starts_with("https://") || url.starts_with("http://");
     if !scheme_ok || url.len() > MAX_URL || url.chars().any(|c| c.is_whitespace() || c.is_control())
     {

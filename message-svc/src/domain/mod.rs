@@ -8,6 +8,7 @@ use imesh_kit::{error::StoreError, ids::Snowflake, outbox::Backlog, seq::SeqAllo
 use tokio::sync::Notify;
 
 mod content;
+mod files;
 pub mod ports;
 mod rate;
 mod react;
@@ -17,9 +18,10 @@ mod send;
 mod types;
 
 pub use content::{Content, Media, MediaKind, Notice};
+pub use files::{Download, FileRules, Files, KindLimit, Ticket, UploadRequest, UploadTarget};
 pub use ports::{
-    Audience, BeforeSend, BeforeSendHook, Directory, GateAnswer, Gated, GroupGate, GroupRefusal,
-    MessageStore, Peers, Queued, Verdict,
+    Audience, BeforeSend, BeforeSendHook, Blobs, Directory, FileStore, GateAnswer, Gated,
+    GroupGate, GroupRefusal, MessageStore, Peers, Queued, Upload, UploadKind, Verdict,
 };
 pub use rate::{RateLimited, RateLimits};
 pub use read::HistoryPage;
@@ -43,6 +45,13 @@ pub enum Error {
     NotParticipant,
     #[error("seq: no such message")]
     NoMessage,
+    #[error("seq: the message holds no uploaded object")]
+    NoObject,
+    /// A field names something not ready for this use yet.
+    #[error("{0}: {1}")]
+    Precondition(&'static str, &'static str),
+    #[error("object storage could not be reached")]
+    Blobs(#[source] anyhow::Error),
     #[error("seq: {0}")]
     RecallRefused(&'static str),
     #[error("seq: only the sender may edit a message")]
@@ -173,6 +182,7 @@ pub struct Messages {
     backlog: Backlog,
     limits: Limits,
     rates: RateLimits,
+    files: Files,
 }
 
 /// What [`Messages`] is built from besides its store and peers.
@@ -187,6 +197,7 @@ pub struct Parts {
     pub backlog: Backlog,
     pub limits: Limits,
     pub rates: RateLimits,
+    pub files: Files,
 }
 
 impl Messages {
@@ -199,6 +210,7 @@ impl Messages {
             backlog,
             limits,
             rates,
+            files,
         } = parts;
         Self {
             store,
@@ -211,6 +223,7 @@ impl Messages {
             backlog,
             limits,
             rates,
+            files,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Every port the domain needs, with the types that cross it: the message store
-//! ([`MessageStore`], adapter `crate::store::sql`), relation-svc ([`Directory`]), group-svc
+//! ([`MessageStore`], adapter `crate::store::sql`), the uploads' records ([`FileStore`], the
+//! same adapter) and their bytes ([`Blobs`], adapters `crate::store::blobs`), relation-svc ([`Directory`]), group-svc
 //! ([`GroupGate`]) and the app server's before-send hook ([`BeforeSend`]) (adapters
 //! `crate::peers`, `crate::hooks`). Adapters depend on the domain, never the other way.
 
@@ -10,8 +11,8 @@ use imesh_kit::{error::StoreError, outbox::OutboxRow};
 use tokio::sync::oneshot;
 
 use super::{
-    Content, Hidden, Message, MovedReactions, PeerRelation, Pin, PinOutcome, ReactOutcome,
-    ReactionChange, ReactionCount, SearchScope, Sender, Sent,
+    Content, Hidden, MediaKind, Message, MovedReactions, PeerRelation, Pin, PinOutcome,
+    ReactOutcome, ReactionChange, ReactionCount, SearchScope, Sender, Sent,
 };
 
 /// Who exists and who blocked whom, as relation-svc knows it.
@@ -313,4 +314,76 @@ impl Queued {
         }
         results
     }
+}
+
+/// What an upload ticket was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadKind {
+    Image,
+    File,
+    Audio,
+    Video,
+    /// A preview uploaded beside one of the others.
+    Thumbnail,
+}
+
+impl From<MediaKind> for UploadKind {
+    fn from(kind: MediaKind) -> Self {
+        match kind {
+            MediaKind::Image => Self::Image,
+            MediaKind::File => Self::File,
+            MediaKind::Audio => Self::Audio,
+            MediaKind::Video => Self::Video,
+        }
+    }
+}
+
+/// One object an upload ticket made room for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    /// `<owner>/<32 hex digits>`.
+    pub key: String,
+    pub owner: i64,
+    pub kind: UploadKind,
+    pub mime_type: String,
+    pub size_bytes: i64,
+    pub created_at_ms: i64,
+    /// Its bytes were seen in storage at the declared size (checked at its first use).
+    pub stored: bool,
+}
+
+/// The record of uploads, beside the messages that reference them: the message store
+/// keeps each stored message's object keys with it (written, recalled and edited in the
+/// message's own transaction), so "no message references it" is a query.
+#[async_trait]
+pub trait FileStore: Send + Sync + 'static {
+    async fn add_uploads(&self, uploads: &[Upload]) -> Result<(), StoreError>;
+    /// The uploads among `keys` (missing ones left out).
+    async fn uploads(&self, keys: &[&str]) -> Result<Vec<Upload>, StoreError>;
+    async fn mark_stored(&self, key: &str) -> Result<(), StoreError>;
+    /// Up to `limit` keys of uploads created before `before_ms` that no stored message
+    /// references.
+    async fn unreferenced(&self, before_ms: i64, limit: u32) -> Result<Vec<String>, StoreError>;
+    /// Forgets the upload unless a message references it now; true when it did.
+    async fn forget_unreferenced(&self, key: &str) -> Result<bool, StoreError>;
+}
+
+/// Object storage: the bytes of uploads, reached by clients through signed URLs.
+#[async_trait]
+pub trait Blobs: Send + Sync + 'static {
+    /// A URL that takes a PUT of exactly `size` bytes of `mime` at `key` for `ttl`, and the
+    /// headers the PUT must carry.
+    fn upload_url(
+        &self,
+        key: &str,
+        size: i64,
+        mime: &str,
+        ttl: std::time::Duration,
+    ) -> (String, Vec<(String, String)>);
+    /// A URL that serves the object at `key` as `mime` for `ttl`.
+    fn download_url(&self, key: &str, mime: &str, ttl: std::time::Duration) -> String;
+    /// The stored object's length, `None` when there is none.
+    async fn size(&self, key: &str) -> anyhow::Result<Option<i64>>;
+    /// Deletes the object; deleting one that is not there succeeds.
+    async fn delete(&self, key: &str) -> anyhow::Result<()>;
 }

@@ -89,6 +89,13 @@ impl Messages {
         if message.content.is_notice() {
             return Err(Error::EditRefused("a notice cannot be edited"));
         }
+        let kept: Vec<&str> = message
+            .content
+            .objects()
+            .into_iter()
+            .map(|(_, key)| key)
+            .collect();
+        self.check_objects(by, &content, &kept).await?;
         let now = imesh_kit::ids::unix_ms();
         if now - message.server_time_ms > self.limits.edit_window_ms {
             return Err(Error::EditRefused("the edit window has passed"));

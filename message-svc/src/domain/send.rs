@@ -285,6 +285,10 @@ impl Messages {
         if let Sender::User(_) = sender {
             self.before_send(&mut message).await?;
         }
+        if message.forwarded.is_none() {
+            // A forward's objects were checked when the original was sent.
+            self.check_objects(sender, &message.content, &[]).await?;
+        }
         if receipt {
             message.receipt_bound = self.receipt_bound(&gated)?;
         }

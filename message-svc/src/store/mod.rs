@@ -1,6 +1,8 @@
-//! The adapter of the domain's [`crate::domain::MessageStore`]: [`sql`] (sea-orm: SQLite,
-//! PostgreSQL, MySQL), with its group commit and contract tests.
+//! The adapters of the domain's stores: [`sql`] (sea-orm: SQLite, PostgreSQL, MySQL) for
+//! [`crate::domain::MessageStore`] and [`crate::domain::FileStore`], with its group commit
+//! and contract tests; [`blobs`] for uploads' bytes.
 
+pub mod blobs;
 mod commits;
 pub mod sql;
 

@@ -1,6 +1,7 @@
 //! The send path over a real SQLite store with in-process counters and a fake directory.
 
 mod fanout;
+mod files;
 mod kinds;
 mod receipts;
 
@@ -17,8 +18,10 @@ use prost::Message as _;
 use super::*;
 use crate::store::{
     OUTBOX_TABLE,
+    blobs::{LocalBlobs, LocalConfig},
     sql::{Migrator, SqlMessageStore},
 };
+use imesh_kit::{config::Secret, files::LinkSigner};
 
 /// Users 1, 2 and 3; 3 blocked 1; 2 lists 1 as a friend.
 struct Users;
@@ -158,8 +161,9 @@ async fn build_behind(
         Arc::new(SqlCeilings::new(db.clone())),
         100,
     );
+    let store = Arc::new(SqlMessageStore::new(db.clone()));
     let messages = Messages::new(
-        Arc::new(SqlMessageStore::new(db.clone())),
+        store.clone(),
         Peers {
             relations: Arc::new(Users),
             groups: Arc::new(Groups),
@@ -189,6 +193,20 @@ async fn build_behind(
                 reaction_coalesce_members: 2,
             },
             rates,
+            files: Files {
+                store: store.clone(),
+                blobs: Arc::new(
+                    LocalBlobs::new(
+                        &LocalConfig {
+                            dir: testing::scratch_dir("files").display().to_string(),
+                            public_url: "http://gateway.test/files".into(),
+                        },
+                        LinkSigner::new(&Secret::new("test-internal-secret-0123")),
+                    )
+                    .unwrap(),
+                ),
+                rules: FileRules::default(),
+            },
         },
     );
     (messages, SqlOutbox::new(db, OUTBOX_TABLE))

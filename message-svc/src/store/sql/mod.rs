@@ -20,6 +20,7 @@ use crate::domain::{
     ReactOutcome, ReactionChange, ReactionCount, SearchScope, Sent,
 };
 
+mod files;
 mod order;
 mod reactions;
 mod schema;
@@ -228,11 +229,12 @@ impl SqlMessageStore {
         Self::build(db, Some(handoff))
     }
 
-    /// Applies `change` to one stored message and queues `event`, in one transaction; false
-    /// (nothing written) when no row matched.
+    /// Applies `change` to one stored message, then runs `then` and queues `event`, in one
+    /// transaction; false (nothing written) when no row matched.
     async fn change_one(
         &self,
         change: sea_orm::UpdateMany<messages::Entity>,
+        then: Vec<sea_orm::Statement>,
         event: OutboxRow,
     ) -> Result<bool, StoreError> {
         let txn = self.db.begin().await?;
@@ -240,6 +242,7 @@ impl SqlMessageStore {
             txn.rollback().await?;
             return Ok(false);
         }
+        imesh_kit::sql::execute_all(&txn, then).await?;
         outbox::insert(&txn, OUTBOX_TABLE, &[event]).await?;
         txn.commit().await?;
         Ok(true)
@@ -310,11 +313,16 @@ pub(super) async fn write_appends(
             .collect(),
     );
     let events: Vec<OutboxRow> = batch.iter().map(|a| a.event.clone()).collect();
-    let statements = [
+    let mut statements = vec![
         messages::Entity::insert_many(rows).build(backend),
         raise,
         outbox::insert_statement(backend, OUTBOX_TABLE, &events),
     ];
+    let contents = batch.iter().map(|a| {
+        let m = &a.message;
+        (m.conversation_id.as_str(), m.seq, &m.content)
+    });
+    statements.extend(files::references(backend, contents));
     if backend == sea_orm::DatabaseBackend::Sqlite {
         // The writes take SQLite's one write lock at once: a trigger refuses what is behind.
         imesh_kit::sql::commit(db, &statements).await?;
@@ -435,7 +443,8 @@ impl MessageStore for SqlMessageStore {
             .filter(C::ConversationId.eq(conversation_id))
             .filter(C::Seq.eq(seq))
             .filter(C::RecalledBy.eq(0));
-        self.change_one(recall, event).await
+        let release = files::release(self.db.get_database_backend(), conversation_id, seq);
+        self.change_one(recall, vec![release], event).await
     }
 
     async fn edit(
@@ -458,7 +467,13 @@ impl MessageStore for SqlMessageStore {
             .filter(C::Seq.eq(seq))
             .filter(C::RecalledBy.eq(0))
             .filter(C::Version.eq(version - 1));
-        self.change_one(edit, event).await
+        let backend = self.db.get_database_backend();
+        let mut then = vec![files::release(backend, conversation_id, seq)];
+        then.extend(files::references(
+            backend,
+            [(conversation_id, seq, content)],
+        ));
+        self.change_one(edit, then, event).await
     }
 
     async fn pin(

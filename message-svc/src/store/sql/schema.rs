@@ -32,6 +32,7 @@ impl MigratorTrait for Migrator {
             Box::new(CreateReactions),
             Box::new(CreateSearch),
             Box::new(RefuseBehindOnSqlite),
+            Box::new(super::files::CreateFiles),
         ]
     }
 
