@@ -138,7 +138,7 @@ mod tests {
         }
     }
 
-    fn sig(query: &[(&str, String); 4]) -> &str {
+    fn sig<'a>(query: &'a [(&'static str, String); 4]) -> &'a str {
         &query[3].1
     }
 
