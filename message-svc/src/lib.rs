@@ -84,7 +84,7 @@ pub struct Config {
 
 /// Uploads: where their bytes are kept, and the rules of [`domain::FileRules`]
 /// (`files.image.max_bytes`, `files.unreferenced_ttl_secs`, …).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct FilesConfig {
     pub store: store::blobs::Backend,
@@ -96,9 +96,21 @@ pub struct FilesConfig {
     pub rules: domain::FileRules,
 }
 
+impl Default for FilesConfig {
+    fn default() -> Self {
+        Self {
+            store: Default::default(),
+            local: Default::default(),
+            s3: Default::default(),
+            sweep_interval_secs: 600,
+            rules: Default::default(),
+        }
+    }
+}
+
 impl FilesConfig {
     /// The configured object store.
-    fn blobs(&self, auth: &AuthConfig) -> anyhow::Result<Arc<dyn domain::Blobs>> {
+    pub fn blobs(&self, auth: &AuthConfig) -> anyhow::Result<Arc<dyn domain::Blobs>> {
         use store::blobs::{Backend, LocalBlobs, S3Blobs};
         Ok(match self.store {
             Backend::Local => Arc::new(LocalBlobs::new(
@@ -150,10 +162,7 @@ impl Default for Config {
             before_send_fail_open: true,
             reaction_coalesce_members: 100,
             reaction_flush_ms: 1_000,
-            files: FilesConfig {
-                sweep_interval_secs: 600,
-                ..FilesConfig::default()
-            },
+            files: FilesConfig::default(),
         }
     }
 }

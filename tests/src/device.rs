@@ -523,5 +523,7 @@ fn body_field(body: &Body) -> u16 {
         Body::Reactors(_) => 24,
         Body::Removed(_) => 25,
         Body::Search(_) => 26,
+        Body::Upload(_) => 27,
+        Body::Download(_) => 28,
     }
 }

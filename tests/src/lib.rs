@@ -61,6 +61,9 @@ impl Stores {
 
 pub struct TestCluster {
     pub cluster: Cluster,
+    /// Where uploads go: a folder under the test's temporary directory on the embedded
+    /// default, a fresh bucket of the test S3 server otherwise (when there is one).
+    pub files: message_svc::FilesConfig,
     pub auth: AuthConfig,
     pub caller: Caller,
 }
@@ -102,16 +105,19 @@ impl TestCluster {
             Stores::Embedded => RedisConfig::default(),
             _ => private_redis().expect("redis for this store set"),
         });
+        spec.message.files = test_files(stores).await;
         // Test devices ack only in the tests about acks: give the others' pushes time.
         spec.gateway.ack_timeout_ms = 60_000;
         // Test devices name a platform of their own (`Device::auth`), so one user's devices
         // never replace each other; the known set is tested on its own.
         spec.gateway.admission.platforms = Vec::new();
         adjust(&mut spec);
+        let files = spec.message.files.clone();
         let cluster = Cluster::start(spec).await.expect("cluster starts");
         let caller = Caller::new(&auth.internal_secret).unwrap();
         Self {
             cluster,
+            files,
             auth,
             caller,
         }
@@ -233,6 +239,30 @@ impl TestCluster {
         device.auth(token, device_id).await.expect("auth accepted");
         device
     }
+}
+
+/// The file store of a test cluster on `stores` (see [`TestCluster::files`]).
+async fn test_files(stores: Stores) -> message_svc::FilesConfig {
+    use message_svc::store::blobs::{Backend, S3Blobs, S3Config};
+    let mut files = message_svc::FilesConfig::default();
+    files.local.dir = testing::scratch_dir("files").display().to_string();
+    let server = match stores {
+        Stores::Embedded => None,
+        Stores::PostgresRedis | Stores::MySqlRedis => testing::s3(),
+    };
+    if let Some(server) = server {
+        files.store = Backend::S3;
+        files.s3 = S3Config {
+            endpoint: server.endpoint,
+            bucket: format!("imesh-{}", testing::random_id()),
+            access_key: Secret::new(server.access_key),
+            secret_key: Secret::new(server.secret_key),
+            ..S3Config::default()
+        };
+        let blobs = S3Blobs::new(&files.s3).expect("the test S3 settings");
+        blobs.create_bucket().await.expect("a fresh test bucket");
+    }
+    files
 }
 
 /// Polls `check` until it returns `Some`, failing the test after `timeout`. `check` may

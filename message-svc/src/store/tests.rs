@@ -748,3 +748,100 @@ async fn search_finds_text_holding_every_word_within_its_scope_and_follows_edits
         );
     }
 }
+
+fn upload(key: &str, created_at_ms: i64) -> crate::domain::Upload {
+    crate::domain::Upload {
+        key: key.into(),
+        owner: 1,
+        kind: crate::domain::UploadKind::Image,
+        mime_type: "image/png".into(),
+        size_bytes: 10,
+        created_at_ms,
+        stored: false,
+    }
+}
+
+fn with_object(mut m: Message, key: &str) -> Message {
+    m.content = Content::Media(
+        MediaKind::Image,
+        Media {
+            object_key: key.into(),
+            size_bytes: 10,
+            mime_type: "image/png".into(),
+            width: 1,
+            height: 1,
+            ..Media::default()
+        },
+    );
+    m
+}
+
+#[tokio::test]
+async fn uploads_are_unreferenced_until_a_message_holds_them_and_again_once_recalled() {
+    use crate::domain::FileStore;
+    let [a, b, c] = ["1/aa", "1/bb", "1/cc"];
+    for (backend, store, _) in stores().await {
+        store
+            .add_uploads(&[upload(a, 100), upload(b, 200), upload(c, 300)])
+            .await
+            .unwrap();
+        store.mark_stored(b).await.unwrap();
+        let found = store.uploads(&[b, "1/none"]).await.unwrap();
+        assert_eq!(
+            found,
+            vec![crate::domain::Upload {
+                stored: true,
+                ..upload(b, 200)
+            }],
+            "{backend:?}"
+        );
+
+        store
+            .append(&with_object(message(10, 1, "m1"), a), event(10))
+            .await
+            .unwrap();
+        store
+            .append(&with_object(message(11, 2, "m2"), b), event(11))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.unreferenced(1_000, 10).await.unwrap(),
+            vec![c],
+            "{backend:?}"
+        );
+        assert_eq!(
+            store.unreferenced(300, 10).await.unwrap(),
+            Vec::<String>::new(),
+            "created before"
+        );
+        assert!(
+            !store.forget_unreferenced(a).await.unwrap(),
+            "{backend:?}: a is referenced"
+        );
+
+        assert!(store.recall("d:1:2", 1, 1, 5, event(12)).await.unwrap());
+        let edited = with_object(message(11, 2, "m2"), c).content;
+        assert!(
+            store
+                .edit("d:1:2", 2, &edited, 2, 6, event(13))
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            store.unreferenced(1_000, 10).await.unwrap(),
+            vec![a, b],
+            "{backend:?}"
+        );
+        assert_eq!(
+            store.unreferenced(1_000, 1).await.unwrap(),
+            vec![a],
+            "oldest first, bounded"
+        );
+        assert!(store.forget_unreferenced(a).await.unwrap(), "{backend:?}");
+        assert!(
+            !store.forget_unreferenced(a).await.unwrap(),
+            "{backend:?}: once"
+        );
+        assert!(store.uploads(&[a]).await.unwrap().is_empty(), "{backend:?}");
+    }
+}

@@ -11,6 +11,7 @@ mod calls;
 mod direct_path;
 mod edits;
 mod faults;
+mod files;
 mod gateways;
 mod groups;
 mod hooks;
