@@ -109,15 +109,16 @@ impl Default for FilesConfig {
 }
 
 impl FilesConfig {
-    /// The configured object store.
-    pub fn blobs(&self, auth: &AuthConfig) -> anyhow::Result<Arc<dyn domain::Blobs>> {
+    /// The configured object store, `None` when it is off.
+    pub fn blobs(&self, auth: &AuthConfig) -> anyhow::Result<Option<Arc<dyn domain::Blobs>>> {
         use store::blobs::{Backend, LocalBlobs, S3Blobs};
         Ok(match self.store {
-            Backend::Local => Arc::new(LocalBlobs::new(
+            Backend::Local => Some(Arc::new(LocalBlobs::new(
                 &self.local,
                 imesh_kit::files::LinkSigner::new(&auth.internal_secret),
-            )?),
-            Backend::S3 => Arc::new(S3Blobs::new(&self.s3)?),
+            )?)),
+            Backend::S3 => Some(Arc::new(S3Blobs::new(&self.s3)?)),
+            Backend::Off => None,
         })
     }
 }
@@ -370,3 +371,39 @@ pub async fn run_binary() -> anyhow::Result<()> {
 }
 
 imesh_kit::service_settings!(Config, database);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_settings_read_as_documented() {
+        let dir = imesh_kit::testing::scratch_dir("settings");
+        let file = dir.join("message.toml");
+        let settings = r#"
+            [files]
+            store = "s3"
+            unreferenced_ttl_secs = 60
+            [files.image]
+            max_bytes = 5
+            mime_types = ["image/png"]
+            [files.s3]
+            bucket = "photos"
+        "#;
+        std::fs::write(&file, settings).unwrap();
+        let config: Config = imesh_kit::config::load(Some(&file)).unwrap();
+        let files = config.files;
+        assert_eq!(files.store, store::blobs::Backend::S3);
+        assert_eq!(files.s3.bucket, "photos");
+        assert_eq!(files.rules.unreferenced_ttl_secs, 60);
+        assert_eq!(
+            files.rules.image,
+            domain::KindLimit {
+                max_bytes: 5,
+                mime_types: vec!["image/png".into()]
+            }
+        );
+        assert_eq!(files.rules.video, domain::FileRules::default().video);
+        assert_eq!(files.sweep_interval_secs, 600);
+    }
+}

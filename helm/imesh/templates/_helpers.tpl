@@ -84,3 +84,30 @@ livenessProbe:
   initialDelaySeconds: 10
   periodSeconds: 10
 {{- end }}
+
+{{/*
+message-svc's file store: the S3 bucket of .Values.files, or off when none is set (the
+embedded default's local folder is for one process only).
+*/}}
+{{- define "imesh.filesEnv" -}}
+{{- $s3 := .Values.files.s3 -}}
+{{- if $s3.bucket }}
+- name: IMESH__FILES__STORE
+  value: s3
+- name: IMESH__FILES__S3__ENDPOINT
+  value: {{ required "files.s3.endpoint is required with files.s3.bucket" $s3.endpoint | quote }}
+- name: IMESH__FILES__S3__BUCKET
+  value: {{ $s3.bucket | quote }}
+- name: IMESH__FILES__S3__REGION
+  value: {{ $s3.region | quote }}
+- name: IMESH__FILES__S3__VIRTUAL_HOST
+  value: {{ $s3.virtualHost | quote }}
+- name: IMESH__FILES__S3__ACCESS_KEY
+  valueFrom: { secretKeyRef: { name: {{ include "imesh.secretName" . }}, key: s3-access-key } }
+- name: IMESH__FILES__S3__SECRET_KEY
+  valueFrom: { secretKeyRef: { name: {{ include "imesh.secretName" . }}, key: s3-secret-key } }
+{{- else }}
+- name: IMESH__FILES__STORE
+  value: "off"
+{{- end }}
+{{- end }}

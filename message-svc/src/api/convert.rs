@@ -116,7 +116,7 @@ pub(crate) fn status(err: Error) -> Status {
             Status::permission_denied(err.to_string())
         }
         Error::NoMessage | Error::NoObject => Status::not_found(err.to_string()),
-        Error::Precondition(..) => Status::failed_precondition(err.to_string()),
+        Error::Precondition(..) | Error::FilesOff => Status::failed_precondition(err.to_string()),
         Error::Blobs(ref e) => {
             tracing::error!(error = %format!("{e:#}"), "object storage failed");
             Status::unavailable("object storage is unavailable; retry later")

@@ -101,7 +101,8 @@ impl FileRules {
 /// Where uploads are recorded and stored, and the rules they follow.
 pub struct Files {
     pub store: Arc<dyn FileStore>,
-    pub blobs: Arc<dyn Blobs>,
+    /// `None`: this deployment keeps no files, and asking for any is refused.
+    pub blobs: Option<Arc<dyn Blobs>>,
     pub rules: FileRules,
 }
 
@@ -138,6 +139,12 @@ pub struct Download {
     pub expires_at_ms: i64,
 }
 
+impl Files {
+    fn blobs(&self) -> Result<&dyn Blobs, Error> {
+        self.blobs.as_deref().ok_or(Error::FilesOff)
+    }
+}
+
 /// Uploads forgotten per sweep query.
 const SWEEP_PAGE: u32 = 100;
 
@@ -145,6 +152,7 @@ impl Messages {
     /// A ticket for `by` to upload one object (and its thumbnail) within the rules.
     pub async fn create_upload(&self, by: Sender, request: UploadRequest) -> Result<Ticket, Error> {
         let files = &self.files;
+        let blobs = files.blobs()?;
         let kind = request
             .kind
             .filter(|k| *k != UploadKind::Thumbnail)
@@ -181,9 +189,7 @@ impl Messages {
         files.store.add_uploads(&uploads).await?;
         let ttl = Duration::from_secs(files.rules.upload_ttl_secs.max(1));
         let mut targets = uploads.iter().map(|u| {
-            let (url, headers) = files
-                .blobs
-                .upload_url(&u.key, u.size_bytes, &u.mime_type, ttl);
+            let (url, headers) = blobs.upload_url(&u.key, u.size_bytes, &u.mime_type, ttl);
             UploadTarget {
                 key: u.key.clone(),
                 url,
@@ -216,7 +222,7 @@ impl Messages {
         }
         let rules = &self.files.rules;
         let ttl = Duration::from_secs(rules.download_ttl_secs.max(1));
-        let blobs = &self.files.blobs;
+        let blobs = self.files.blobs()?;
         let thumbnail_url = match media.thumbnail_key.as_str() {
             "" => None,
             key => {
@@ -250,6 +256,7 @@ impl Messages {
         if objects.is_empty() {
             return Ok(());
         }
+        self.files.blobs()?;
         let keys: Vec<&str> = objects.iter().map(|(_, key)| *key).collect();
         let found = self.files.store.uploads(&keys).await?;
         let oldest =
@@ -292,7 +299,7 @@ impl Messages {
     async fn confirm_stored(&self, field: &'static str, upload: &Upload) -> Result<(), Error> {
         let size = self
             .files
-            .blobs
+            .blobs()?
             .size(&upload.key)
             .await
             .map_err(Error::Blobs)?;
@@ -317,6 +324,9 @@ impl Messages {
 
     /// [`Self::sweep_files`] as of `now_ms`.
     pub(super) async fn sweep_files_at(&self, now_ms: i64) -> Result<usize, Error> {
+        let Ok(blobs) = self.files.blobs() else {
+            return Ok(0);
+        };
         let ttl_ms = self.files.rules.unreferenced_ttl_secs as i64 * 1000;
         let before = now_ms - ttl_ms;
         let mut deleted = 0;
@@ -326,7 +336,7 @@ impl Messages {
             for key in keys {
                 // The object goes first: a row left behind is swept again, an object
                 // without its row would never be.
-                self.files.blobs.delete(&key).await.map_err(Error::Blobs)?;
+                blobs.delete(&key).await.map_err(Error::Blobs)?;
                 if self.files.store.forget_unreferenced(&key).await? {
                     deleted += 1;
                 }

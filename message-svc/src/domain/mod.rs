@@ -50,6 +50,8 @@ pub enum Error {
     /// A field names something not ready for this use yet.
     #[error("{0}: {1}")]
     Precondition(&'static str, &'static str),
+    #[error("files: this deployment keeps no files (message-svc's files.store is off)")]
+    FilesOff,
     #[error("object storage could not be reached")]
     Blobs(#[source] anyhow::Error),
     #[error("seq: {0}")]

@@ -235,7 +235,7 @@ async fn sweep_scenario(stores: Stores) {
         spec.message.files.sweep_interval_secs = 1;
     })
     .await;
-    let blobs = env.files.blobs(&env.auth).unwrap();
+    let blobs = env.files.blobs(&env.auth).unwrap().expect("a file store");
     let (_, alice_token) = env.user("alice").await;
     let (bob, _) = env.user("bob").await;
     let mut a = env.signed_in(&alice_token, "alice-phone").await;

@@ -17,7 +17,7 @@ async fn with_files() -> (Messages, PathBuf) {
         public_url: "http://gateway.test/files".into(),
     };
     let signer = LinkSigner::new(&Secret::new("test-internal-secret-0123"));
-    messages.files.blobs = Arc::new(LocalBlobs::new(&config, signer).unwrap());
+    messages.files.blobs = Some(Arc::new(LocalBlobs::new(&config, signer).unwrap()));
     (messages, dir)
 }
 
@@ -367,4 +367,28 @@ async fn an_edit_that_swaps_the_object_releases_the_old_one() {
     assert_eq!(messages.sweep_files_at(later).await.unwrap(), 1);
     assert!(!dir.join(&keys[0]).exists());
     assert!(dir.join(&keys[1]).exists());
+}
+
+#[tokio::test]
+async fn a_deployment_without_files_refuses_tickets_downloads_and_references() {
+    let (mut messages, _) = messages().await;
+    messages.files.blobs = None;
+    let err = messages
+        .create_upload(u(1), image_upload(10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::FilesOff), "{err:?}");
+    let key = "1/0123456789abcdef0123456789abcdef";
+    let err = messages
+        .send(u(1), send("img", 2, image_of(key, 10)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::FilesOff), "{err:?}");
+    let sent = messages.send(u(1), text("t", 2, "hi")).await.unwrap();
+    let err = messages
+        .download(u(2), "d:1:2", sent.seq)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoObject), "{err:?}");
+    assert_eq!(messages.sweep_files().await.unwrap(), 0);
 }

@@ -195,7 +195,7 @@ async fn build_behind(
             rates,
             files: Files {
                 store: store.clone(),
-                blobs: Arc::new(
+                blobs: Some(Arc::new(
                     LocalBlobs::new(
                         &LocalConfig {
                             dir: testing::scratch_dir("files").display().to_string(),
@@ -204,7 +204,7 @@ async fn build_behind(
                         LinkSigner::new(&Secret::new("test-internal-secret-0123")),
                     )
                     .unwrap(),
-                ),
+                )),
                 rules: FileRules::default(),
             },
         },

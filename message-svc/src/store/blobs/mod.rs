@@ -20,6 +20,8 @@ pub enum Backend {
     Local,
     /// An S3 bucket (or an S3-compatible server's).
     S3,
+    /// No files: tickets and downloads are refused (FAILED_PRECONDITION).
+    Off,
 }
 
 /// The embedded default's store: a folder, and the gateway URL that serves it.
