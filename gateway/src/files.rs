@@ -46,13 +46,16 @@ pub fn router(dir: &str, internal_secret: &Secret) -> Router {
         .with_state(Arc::new(store))
 }
 
-fn refuse(status: StatusCode, reason: impl Into<String>) -> Response {
-    (status, reason.into()).into_response()
+/// A refused request's status and the reason its body says.
+type Refusal = (StatusCode, String);
+
+fn refuse(status: StatusCode, reason: impl Into<String>) -> Refusal {
+    (status, reason.into())
 }
 
 impl Store {
     /// The link's check, as the answer to give when it fails.
-    fn check(&self, access: Access, key: &str, signed: &Signed) -> Result<(), Response> {
+    fn check(&self, access: Access, key: &str, signed: &Signed) -> Result<(), Refusal> {
         let link = Link {
             access,
             key,
@@ -73,40 +76,36 @@ async fn upload(
     Query(signed): Query<Signed>,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    if let Err(refused) = store.check(Access::Upload, &key, &signed) {
-        return refused;
-    }
+) -> Result<StatusCode, Refusal> {
+    store.check(Access::Upload, &key, &signed)?;
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
     if header(header::CONTENT_TYPE) != Some(signed.mime.as_str()) {
         let reason = format!("content-type: must be {}", signed.mime);
-        return refuse(StatusCode::BAD_REQUEST, reason);
+        return Err(refuse(StatusCode::BAD_REQUEST, reason));
     }
     if header(header::CONTENT_LENGTH).and_then(|v| v.parse().ok()) != Some(signed.size) {
         let reason = format!("content-length: must be {}", signed.size);
-        return refuse(StatusCode::BAD_REQUEST, reason);
+        return Err(refuse(StatusCode::BAD_REQUEST, reason));
     }
     let path = store.dir.join(&key);
     if tokio::fs::try_exists(&path).await.unwrap_or(false) {
-        return refuse(StatusCode::CONFLICT, "the object is uploaded already");
+        return Err(refuse(
+            StatusCode::CONFLICT,
+            "the object is uploaded already",
+        ));
     }
     let partial = path.with_extension(format!("part-{:016x}", rand_suffix()));
-    match write(&partial, body, signed.size).await {
-        Ok(()) => {}
-        Err(refused) => {
-            let _ = tokio::fs::remove_file(&partial).await;
-            return refused;
-        }
+    if let Err(refused) = write(&partial, body, signed.size).await {
+        let _ = tokio::fs::remove_file(&partial).await;
+        return Err(refused);
     }
     if let Err(e) = tokio::fs::rename(&partial, &path).await {
         let _ = tokio::fs::remove_file(&partial).await;
         tracing::error!(error = %e, key, "storing an upload failed");
-        return refuse(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "storing the object failed",
-        );
+        let reason = "storing the object failed";
+        return Err(refuse(StatusCode::INTERNAL_SERVER_ERROR, reason));
     }
-    StatusCode::CREATED.into_response()
+    Ok(StatusCode::CREATED)
 }
 
 /// A random file name suffix, so concurrent PUTs of one key never share a partial file.
@@ -116,7 +115,7 @@ fn rand_suffix() -> u64 {
 }
 
 /// Writes `body` to `partial`, refusing more or fewer than `size` bytes.
-async fn write(partial: &std::path::Path, body: Body, size: i64) -> Result<(), Response> {
+async fn write(partial: &std::path::Path, body: Body, size: i64) -> Result<(), Refusal> {
     let failed = |e: std::io::Error| {
         tracing::error!(error = %e, "writing an upload failed");
         refuse(
@@ -151,21 +150,17 @@ async fn download(
     State(store): State<Arc<Store>>,
     Path(key): Path<String>,
     Query(signed): Query<Signed>,
-) -> Response {
-    if let Err(refused) = store.check(Access::Download, &key, &signed) {
-        return refused;
-    }
+) -> Result<Response, Refusal> {
+    store.check(Access::Download, &key, &signed)?;
     let file = match tokio::fs::File::open(store.dir.join(&key)).await {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return refuse(StatusCode::NOT_FOUND, "no such object");
+            return Err(refuse(StatusCode::NOT_FOUND, "no such object"));
         }
         Err(e) => {
             tracing::error!(error = %e, key, "reading an object failed");
-            return refuse(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "reading the object failed",
-            );
+            let reason = "reading the object failed";
+            return Err(refuse(StatusCode::INTERNAL_SERVER_ERROR, reason));
         }
     };
     let length = file.metadata().await.map(|m| m.len()).unwrap_or_default();
@@ -185,5 +180,5 @@ async fn download(
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
     ];
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(file));
-    (headers, body).into_response()
+    Ok((headers, body).into_response())
 }

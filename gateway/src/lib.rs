@@ -15,6 +15,7 @@
 //! - [`peers`]: the services a device's requests go to: one-off calls, friend and group
 //!   operations forwarded as the connected user, sends batched in order to message-svc,
 //!   acks coalesced to sync-svc.
+//! - [`web`]: the browser demo at `/`.
 //! - [`Service`]: builds all of it from [`Config`] and serves both listeners.
 
 #![forbid(unsafe_code)]
@@ -27,6 +28,7 @@ pub mod holds;
 pub mod peers;
 pub mod session;
 pub mod transport;
+pub mod web;
 
 // The program's allocator, set in main.rs.
 use mimalloc as _;
@@ -238,7 +240,7 @@ impl Service {
             stop: gateway.draining.clone(),
         };
         let clients = transport::listen::Clients::serve(clients, accepting)?;
-        let mut router = transport::ws::router(gateway.clone());
+        let mut router = transport::ws::router(gateway.clone()).merge(web::router());
         if !self.config.files_dir.is_empty() {
             router = router.merge(files::router(
                 &self.config.files_dir,

@@ -191,6 +191,8 @@ fn print_banner(cluster: &Cluster, auth: &AuthConfig, data_dir: &Path, tls: &Tls
         ("ws", "")
     };
     println!("  gateway        {scheme}://{}/ws", a.gateway);
+    let page = if tls.enabled() { "https" } else { "http" };
+    println!("  web demo       {page}://{}/", a.gateway);
     println!(
         "  gateway (tcp)  {} (12-byte header per frame{over})",
         a.gateway_tcp
@@ -214,6 +216,14 @@ fn print_banner(cluster: &Cluster, auth: &AuthConfig, data_dir: &Path, tls: &Tls
     println!(
         "  grpcurl -plaintext -H 'x-imesh-internal: {secret}' -d '{{\"username\":\"alice\",\"password\":\"correct horse\"}}' {} imesh.relation.v1.RelationService/Register",
         a.relation
+    );
+    println!(
+        "  grpcurl -plaintext -H 'x-imesh-internal: {secret}' -d '{{\"username\":\"alice\",\"password\":\"correct horse\"}}' {} imesh.relation.v1.RelationService/Login",
+        a.relation
+    );
+    println!(
+        "  then open {page}://{}/#token=<the token Login answered>   (the browser demo)",
+        a.gateway
     );
     println!("\nCtrl-C stops it.");
 }

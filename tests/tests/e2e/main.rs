@@ -7,6 +7,7 @@ mod acks;
 mod admission;
 mod bad_input;
 mod bench;
+mod browser;
 mod calls;
 mod direct_path;
 mod edits;
