@@ -32,7 +32,7 @@ fn user(map_id: u32) -> i64 {
 }
 
 fn quit(map_id: u32) -> bool {
-    map_id % QUIT_EVERY == 0
+    map_id.is_multiple_of(QUIT_EVERY)
 }
 
 const CHECK: &str = r#"
