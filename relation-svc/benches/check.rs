@@ -1,7 +1,10 @@
 //! The relation check of every direct send: `CheckRelations(user, [peers])` through the
 //! domain, warmed. `memory` is the embedded default (local cache → in-process cache);
 //! `redis` turns the local cache off to measure the Redis tier alone (set
-//! `IMESH_TEST_REDIS_URL`, e.g. under scripts/stores.sh).
+//! `IMESH_TEST_REDIS_URL`, e.g. under scripts/stores.sh). `1 stranger` is the negative
+//! check (no row either way); `bloom` is what seed 001's Bloom filter would answer it with
+//! instead: two probes of a filter over 5,000,000 edges (100,000 users, 50 rows each) at
+//! a 1 % false-positive rate.
 
 /// The allocator the programs use (mimalloc), so the figures are theirs.
 #[global_allocator]
@@ -107,12 +110,45 @@ fn checks(c: &mut Criterion) {
                 rt.block_on(checker.check(1, &peers[i..=i])).unwrap()
             })
         });
+        let mut stranger = 2;
+        group.bench_function(format!("{tier}/1 stranger"), |b| {
+            b.iter(|| {
+                stranger = stranger % (USERS - 1) + 2;
+                rt.block_on(checker.check(stranger, &[stranger % (USERS - 1) + 2]))
+                    .unwrap()
+            })
+        });
         group.throughput(Throughput::Elements(peers.len() as u64));
         group.bench_function(format!("{tier}/100 peers"), |b| {
             b.iter(|| rt.block_on(checker.check(1, &peers)).unwrap())
         });
     }
+    let filter = edges_filter();
+    println!(
+        "bloom: {} bytes for 5,000,000 edges",
+        filter.as_slice().len() * 8
+    );
+    group.throughput(Throughput::Elements(1));
+    let mut owner = 0i64;
+    group.bench_function("bloom/1 stranger", |b| {
+        b.iter(|| {
+            owner = (owner + 1) % 100_000;
+            let peer = owner + 1_000_000;
+            filter.contains(&(owner, peer)) || filter.contains(&(peer, owner))
+        })
+    });
     group.finish();
+}
+
+/// Seed 001's filter: every (owner, peer) row of 100,000 users with 50 rows each.
+fn edges_filter() -> fastbloom::BloomFilter {
+    let mut filter = fastbloom::BloomFilter::with_false_pos(0.01).expected_items(5_000_000);
+    for owner in 0..100_000i64 {
+        for k in 1..=50 {
+            filter.insert(&(owner, (owner + k * 97) % 100_000));
+        }
+    }
+    filter
 }
 
 criterion_group!(benches, checks);
