@@ -37,6 +37,18 @@ fn put(dir: &std::path::Path, key: &str, size: usize) {
     std::fs::write(path, vec![7u8; size]).unwrap();
 }
 
+/// `count` images of 10 bytes user 1 has a ticket for and uploaded: their keys.
+async fn uploaded(messages: &Messages, dir: &std::path::Path, count: usize) -> Vec<String> {
+    let mut keys = Vec::new();
+    for _ in 0..count {
+        let ticket = messages.create_upload(u(1), image_upload(10)).await;
+        let key = ticket.unwrap().object.key;
+        put(dir, &key, 10);
+        keys.push(key);
+    }
+    keys
+}
+
 fn image_of(key: &str, size: i64) -> Content {
     Content::Media(
         MediaKind::Image,
@@ -289,17 +301,7 @@ async fn downloads_are_for_readers_of_the_message() {
 #[tokio::test]
 async fn the_sweep_deletes_objects_no_message_references_once_they_are_old() {
     let (messages, dir) = with_files().await;
-    let mut keys = Vec::new();
-    for _ in 0..3 {
-        let key = messages
-            .create_upload(u(1), image_upload(10))
-            .await
-            .unwrap()
-            .object
-            .key;
-        put(&dir, &key, 10);
-        keys.push(key);
-    }
+    let keys = uploaded(&messages, &dir, 3).await;
     let [sent_key, recalled_key, unused_key] = [&keys[0], &keys[1], &keys[2]];
     messages
         .send(u(1), send("kept", 2, image_of(sent_key, 10)))
@@ -342,17 +344,7 @@ async fn the_sweep_deletes_objects_no_message_references_once_they_are_old() {
 #[tokio::test]
 async fn an_edit_that_swaps_the_object_releases_the_old_one() {
     let (messages, dir) = with_files().await;
-    let mut keys = Vec::new();
-    for _ in 0..2 {
-        let key = messages
-            .create_upload(u(1), image_upload(10))
-            .await
-            .unwrap()
-            .object
-            .key;
-        put(&dir, &key, 10);
-        keys.push(key);
-    }
+    let keys = uploaded(&messages, &dir, 2).await;
     let sent = messages
         .send(u(1), send("img", 2, image_of(&keys[0], 10)))
         .await

@@ -30,6 +30,17 @@ pub(super) enum MessageObjects {
     ObjectKey,
 }
 
+/// An upload row's columns, in the order rows are written and read.
+const UPLOAD_COLUMNS: [Uploads; 7] = [
+    Uploads::ObjectKey,
+    Uploads::OwnerId,
+    Uploads::Kind,
+    Uploads::MimeType,
+    Uploads::SizeBytes,
+    Uploads::CreatedAtMs,
+    Uploads::Stored,
+];
+
 fn kind_code(kind: UploadKind) -> i16 {
     match kind {
         UploadKind::Image => 1,
@@ -111,15 +122,7 @@ impl FileStore for SqlMessageStore {
     async fn add_uploads(&self, uploads: &[Upload]) -> Result<(), StoreError> {
         let mut insert = Query::insert()
             .into_table(Uploads::Table)
-            .columns([
-                Uploads::ObjectKey,
-                Uploads::OwnerId,
-                Uploads::Kind,
-                Uploads::MimeType,
-                Uploads::SizeBytes,
-                Uploads::CreatedAtMs,
-                Uploads::Stored,
-            ])
+            .columns(UPLOAD_COLUMNS)
             .to_owned();
         for u in uploads {
             insert.values_panic([
@@ -138,15 +141,7 @@ impl FileStore for SqlMessageStore {
 
     async fn uploads(&self, keys: &[&str]) -> Result<Vec<Upload>, StoreError> {
         let select = Query::select()
-            .columns([
-                Uploads::ObjectKey,
-                Uploads::OwnerId,
-                Uploads::Kind,
-                Uploads::MimeType,
-                Uploads::SizeBytes,
-                Uploads::CreatedAtMs,
-                Uploads::Stored,
-            ])
+            .columns(UPLOAD_COLUMNS)
             .from(Uploads::Table)
             .and_where(Expr::col(Uploads::ObjectKey).is_in(keys.iter().copied()))
             .to_owned();
