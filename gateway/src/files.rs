@@ -182,3 +182,105 @@ async fn download(
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(file));
     Ok((headers, body).into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{Method, Request};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    const KEY: &str = "5/00112233445566778899aabbccddeeff";
+
+    fn secret() -> Secret {
+        Secret::new("test-internal-secret-0123")
+    }
+
+    fn link(access: Access, size: i64, mime: &str, expires: i64) -> String {
+        let link = Link {
+            access,
+            key: KEY,
+            expires,
+            size,
+            mime,
+        };
+        let query = LinkSigner::new(&secret()).query(&link);
+        let base = format!("http://gateway.test/files/{KEY}");
+        let url = with_query(&base, &query);
+        url.strip_prefix("http://gateway.test").unwrap().to_owned()
+    }
+
+    /// `base?k=v&…`, the one character of the values a query needs encoded (`/`) encoded.
+    fn with_query(base: &str, query: &[(&str, String); 4]) -> String {
+        let encoded: Vec<String> = query
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.replace('/', "%2F")))
+            .collect();
+        format!("{base}?{}", encoded.join("&"))
+    }
+
+    fn later() -> i64 {
+        imesh_kit::ids::unix_ms() / 1000 + 60
+    }
+
+    async fn call(
+        dir: &std::path::Path,
+        request: Request<Body>,
+    ) -> (StatusCode, HeaderMap, Vec<u8>) {
+        let router = router(&dir.display().to_string(), &secret());
+        let answer = router.oneshot(request).await.unwrap();
+        let (parts, body) = answer.into_parts();
+        let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+        (parts.status, parts.headers, bytes.to_vec())
+    }
+
+    fn put(uri: &str, mime: &str, body: &'static [u8]) -> Request<Body> {
+        Request::builder()
+            .method(Method::PUT)
+            .uri(uri)
+            .header(header::CONTENT_TYPE, mime)
+            .header(header::CONTENT_LENGTH, body.len())
+            .body(Body::from(body))
+            .unwrap()
+    }
+
+    fn get(uri: &str) -> Request<Body> {
+        Request::builder().uri(uri).body(Body::empty()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_upload_takes_the_signed_type_and_length_once_and_serves_it_as_an_attachment() {
+        let dir = std::env::temp_dir().join(format!("imesh-gateway-files-{}", rand_suffix()));
+        let upload = link(Access::Upload, 5, "text/html", later());
+        let (status, ..) = call(&dir, put(&upload, "image/png", b"<b>x")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "another type");
+        let (status, ..) = call(&dir, put(&upload, "text/html", b"<b>")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "another length");
+        let expired = link(Access::Upload, 5, "text/html", 1);
+        let (status, ..) = call(&dir, put(&expired, "text/html", b"<b>x<")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "an expired link");
+        let (status, ..) = call(&dir, put(&upload, "text/html", b"<b>x<")).await;
+        assert_eq!(status, StatusCode::CREATED);
+        let (status, ..) = call(&dir, put(&upload, "text/html", b"<i>y<")).await;
+        assert_eq!(status, StatusCode::CONFLICT, "written once");
+
+        let download = link(Access::Download, 0, "text/html", later());
+        let (status, headers, body) = call(&dir, get(&download)).await;
+        assert_eq!(
+            (status, body.as_slice()),
+            (StatusCode::OK, b"<b>x<".as_slice())
+        );
+        assert_eq!(headers[header::CONTENT_DISPOSITION], "attachment");
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        let (status, ..) = call(&dir, get(&upload)).await;
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "an upload link does not download"
+        );
+        let other = download.replace(KEY, "5/ffffffffffffffffffffffffffffffff");
+        let (status, ..) = call(&dir, get(&other)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "the signature names the key");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
