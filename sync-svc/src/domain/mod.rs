@@ -189,24 +189,20 @@ impl Inboxes {
             }
         }
         let total = events.len() as u32;
-        let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
-        let mut seen: HashSet<String> = self.store.known_events(&ids).await?;
+        let mut seen: HashSet<String> = HashSet::new();
         let mut stored = Vec::new();
-        // Read-fanout groups whose conversation moved on: the latest seq of each, one live
-        // hint per group however many of its messages this batch holds.
-        let mut advanced: HashMap<i64, (String, i64)> = HashMap::new();
+        // The read-fanout group and seq of each stored message event, for the live hints.
+        let mut hints: Vec<Option<(i64, String, i64)>> = Vec::new();
         for event in events {
             if !seen.insert(event.event_id.clone()) {
                 continue;
             }
-            if let (Some(group), Some(mark)) = (event.read_fanout_group, &event.mark)
-                && matches!(mark.change, Change::Message { .. })
-            {
-                let latest = advanced
-                    .entry(group)
-                    .or_insert((mark.conversation_id.clone(), 0));
-                latest.1 = latest.1.max(mark.seq);
-            }
+            let hint = match (event.read_fanout_group, &event.mark) {
+                (Some(group), Some(mark)) if matches!(mark.change, Change::Message { .. }) => {
+                    Some((group, mark.conversation_id.clone(), mark.seq))
+                }
+                _ => None,
+            };
             let mut recipients = event.recipients;
             recipients.sort_unstable();
             recipients.dedup();
@@ -223,12 +219,29 @@ impl Inboxes {
                 mark: event.mark,
                 hook,
             });
+            hints.push(hint);
         }
+        // A replay is rare: the append goes first, and only a taken event id (a replay, or
+        // a concurrent append of the same event) asks which events are stored already.
+        let (seqs, passed) = match self.append_stored(&stored).await {
+            Err(Error::Store(StoreError::Conflict(_))) => {
+                let ids: Vec<&str> = stored.iter().map(|e| e.event_id.as_str()).collect();
+                let known = self.store.known_events(&ids).await?;
+                let mut keep = stored.iter().map(|e| !known.contains(&e.event_id));
+                hints.retain(|_| keep.next().unwrap_or(false));
+                stored.retain(|e| !known.contains(&e.event_id));
+                self.append_stored(&stored).await?
+            }
+            appended => appended?,
+        };
         let appended = stored.len() as u32;
-        let passed = self.passed_by_senders(&stored).await?;
-        // A concurrent append of the same event fails this one with Conflict; the caller's
-        // retry then finds the event known.
-        let seqs = self.store.append(&stored).await?;
+        // Read-fanout groups whose conversation moved on: the latest seq of each, one live
+        // hint per group however many of its messages this batch holds.
+        let mut advanced: HashMap<i64, (String, i64)> = HashMap::new();
+        for (group, conversation, seq) in hints.into_iter().flatten() {
+            let latest = advanced.entry(group).or_insert((conversation, 0));
+            latest.1 = latest.1.max(seq);
+        }
         if let Some(relay) = &self.webhooks
             && stored.iter().any(|e| e.hook.is_some())
         {
@@ -241,6 +254,19 @@ impl Inboxes {
             appended,
             duplicates: total - appended,
         })
+    }
+
+    /// The receipt messages the events' senders pass (read before the append stores their
+    /// new watermarks), then the append itself.
+    async fn append_stored(
+        &self,
+        stored: &[StoredEvent],
+    ) -> Result<(Vec<Vec<i64>>, Vec<(i64, String, Vec<Receipt>)>), Error> {
+        if stored.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let passed = self.passed_by_senders(stored).await?;
+        Ok((self.store.append(stored).await?, passed))
     }
 
     /// Pushes each event's entries (`seqs`: by event and recipient) to their users.

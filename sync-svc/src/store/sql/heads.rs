@@ -32,6 +32,73 @@ pub(super) enum InboxHeads {
     LastSeq,
 }
 
+/// SQLite's heads as this process last committed them. Appends take turns in a process,
+/// so a cached head is the stored one unless another process wrote the same file; then
+/// the append collides with that process's seqs, stores nothing, and numbers again after
+/// [`HeadsCache::forget`]. Bounded: emptied past [`CACHED_HEADS`] users or once
+/// [`CACHED_FOR`] old, so a head another process moved is never trusted for long.
+#[derive(Default)]
+pub(super) struct HeadsCache(parking_lot::Mutex<Cached>);
+
+#[derive(Default)]
+struct Cached {
+    heads: HashMap<i64, i64>,
+    since: Option<std::time::Instant>,
+}
+
+/// Most users whose heads one process keeps.
+const CACHED_HEADS: usize = 100_000;
+/// How long cached heads are trusted.
+const CACHED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl HeadsCache {
+    /// The cached heads among `counts`' users, and the counts of those not cached.
+    pub(super) fn split(
+        &self,
+        counts: &BTreeMap<i64, i64>,
+    ) -> (HashMap<i64, i64>, BTreeMap<i64, i64>) {
+        let mut cached = self.0.lock();
+        if cached
+            .since
+            .is_some_and(|since| since.elapsed() > CACHED_FOR)
+        {
+            *cached = Cached::default();
+        }
+        let mut found = HashMap::new();
+        let mut missing = BTreeMap::new();
+        for (user, count) in counts {
+            match cached.heads.get(user) {
+                Some(head) => {
+                    found.insert(*user, *head);
+                }
+                None => {
+                    missing.insert(*user, *count);
+                }
+            }
+        }
+        (found, missing)
+    }
+
+    /// Remembers heads an append committed.
+    pub(super) fn committed(&self, heads: &HashMap<i64, i64>) {
+        let mut cached = self.0.lock();
+        if cached.heads.len() + heads.len() > CACHED_HEADS {
+            *cached = Cached::default();
+        }
+        cached.since.get_or_insert_with(std::time::Instant::now);
+        cached.heads.extend(heads);
+    }
+
+    /// Forgets the heads of `counts`' users (an append that failed, maybe on a head
+    /// another process moved).
+    pub(super) fn forget(&self, counts: &BTreeMap<i64, i64>) {
+        let mut cached = self.0.lock();
+        for user in counts.keys() {
+            cached.heads.remove(user);
+        }
+    }
+}
+
 /// How many entries the events give each recipient, by user.
 pub(super) fn counts(events: &[StoredEvent]) -> BTreeMap<i64, i64> {
     let mut counts = BTreeMap::new();

@@ -59,15 +59,18 @@ pub struct SqlInboxStore {
     /// On SQLite, which takes one writer at a time anyway, this process's appends take
     /// turns, so they never race each other to a seq.
     turns: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// SQLite's heads as this process committed them (see [`heads::HeadsCache`]).
+    heads: Option<Arc<heads::HeadsCache>>,
 }
 
 impl SqlInboxStore {
     pub fn new(db: DatabaseConnection) -> Self {
-        let turns = (db.get_database_backend() == DatabaseBackend::Sqlite).then(Arc::default);
+        let sqlite = db.get_database_backend() == DatabaseBackend::Sqlite;
         Self {
             db,
             known: Arc::default(),
-            turns,
+            turns: sqlite.then(Arc::default),
+            heads: sqlite.then(Arc::default),
         }
     }
 
@@ -94,8 +97,14 @@ impl SqlInboxStore {
             self.known.remember(&created);
             return Ok(seqs);
         }
-        // The caller's turn keeps the heads read here current until the commit.
-        let (seqs, heads) = heads::number(events, heads::read(&self.db, counts).await?);
+        // The caller's turn keeps the heads read here current until the commit; those this
+        // process committed last are not read again.
+        let cache = self.heads.as_ref().expect("SQLite keeps a heads cache");
+        let (mut before, missing) = cache.split(counts);
+        if !missing.is_empty() {
+            before.extend(heads::read(&self.db, &missing).await?);
+        }
+        let (seqs, heads) = heads::number(events, before);
         let (mut statements, created) = self.statements(events, &seqs);
         statements.extend(heads::raise(backend, &heads));
         if receipts::asked(events) {
@@ -107,6 +116,7 @@ impl SqlInboxStore {
             // The writes in one trip.
             imesh_kit::sql::commit(&self.db, &statements).await?;
         }
+        cache.committed(&heads);
         self.known.remember(&created);
         Ok(seqs)
     }
@@ -208,6 +218,9 @@ impl InboxStore for SqlInboxStore {
                 Ok(seqs) => return Ok(seqs),
                 Err(err) => err,
             };
+            if let Some(cache) = &self.heads {
+                cache.forget(&counts);
+            }
             // Another append took one of the seqs first (unless an event is a replay), or
             // MySQL's gap locks on heads not yet written deadlocked two appends.
             let raced = match err.sql_err() {
