@@ -6,6 +6,9 @@ const TYPING_SHOWN_MS = 4000;
 const TYPING_EVERY_MS = 3000;
 const $ = (id) => document.getElementById(id);
 const conversations = new Map();
+/** Users' display names (nickname, else username), asked of relation-svc once each. */
+const names = new Map();
+const asked = new Set();
 const receipts = new Map();
 let connection;
 let me = "";
@@ -26,11 +29,31 @@ function conversation(id) {
     }
     return found;
 }
+/** A user's name once known (asked for on first sight), their id until then. */
+function who(id) {
+    if (!asked.has(id)) {
+        asked.add(id);
+        connection
+            .call({ relation: { getUsers: { userIds: [id] } } })
+            .then((reply) => {
+            for (const u of reply.relation.getUsers.users ?? [])
+                names.set(String(u.userId), u.nickname || u.username);
+            render();
+        })
+            .catch(fail);
+    }
+    return names.get(id) ?? `user ${id}`;
+}
+function render() {
+    $("me").textContent = `signed in as ${who(me)}`;
+    renderList();
+    renderMessages();
+}
 /** Who the conversation is with, as its id says (`d:<a>:<b>`, `g:<group>`, `s:<user>`). */
 function title(id) {
     const [kind, a, b] = id.split(":");
     if (kind === "d")
-        return `user ${a === me ? b : a}`;
+        return who(a === me ? b : a);
     if (kind === "g")
         return `group ${a}`;
     return "notices";
@@ -82,7 +105,7 @@ function renderMessages() {
         item.className = mine ? "mine" : "theirs";
         const sender = document.createElement("span");
         sender.className = "sender";
-        sender.textContent = mine ? "me" : m.senderId ? `user ${m.senderId}` : "system";
+        sender.textContent = mine ? "me" : m.senderId ? who(m.senderId) : "system";
         item.append(sender, body(c, m));
         if (mine) {
             const status = document.createElement("span");
@@ -149,8 +172,7 @@ async function openConversation(id) {
     const mine = page.filter((m) => m.senderId === me && m.receipt).map((m) => m.seq);
     await countReceipts(c, mine);
     await markRead(c);
-    renderList();
-    renderMessages();
+    render();
 }
 function apply(event) {
     if (event.message) {
@@ -176,7 +198,7 @@ function apply(event) {
         receipts.set(`${r.conversationId}/${Number(r.seq)}`, { read: r.read ?? 0, total: r.total ?? 0 });
     }
     else if (event.typing && event.typing.userId !== me && event.typing.conversationId === open) {
-        $("typing").textContent = `user ${event.typing.userId} is typing…`;
+        $("typing").textContent = `${who(event.typing.userId)} is typing…`;
         clearTimeout(typingShown);
         typingShown = setTimeout(() => ($("typing").textContent = ""), TYPING_SHOWN_MS);
     }
@@ -190,8 +212,7 @@ function receive(entries) {
     }
     if (acked > 0)
         connection.ack(String(acked));
-    renderList();
-    renderMessages();
+    render();
 }
 /** Where a new message to the open conversation goes, as the send request names it. */
 function target() {
@@ -239,7 +260,6 @@ async function start(token) {
     connection.onClose = (reason) => show(`disconnected: ${reason}`);
     $("login").hidden = true;
     $("app").hidden = false;
-    $("me").textContent = `signed in as user ${me}`;
     const reply = await connection.call({ conversations: { limit: 100 } });
     for (const c of reply.conversations.conversations ?? []) {
         const known = conversation(c.conversationId);
@@ -247,7 +267,7 @@ async function start(token) {
         known.readSeq = Number(c.readSeq ?? 0);
         known.peerReadSeq = Number(c.peerReadSeq ?? 0);
     }
-    renderList();
+    render();
 }
 $("login-form").onsubmit = (event) => {
     event.preventDefault();

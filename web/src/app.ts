@@ -17,6 +17,9 @@ const TYPING_EVERY_MS = 3000;
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const conversations = new Map<string, Conversation>();
+/** Users' display names (nickname, else username), asked of relation-svc once each. */
+const names = new Map<string, string>();
+const asked = new Set<string>();
 const receipts = new Map<string, { read: number; total: number }>();
 let connection: Connection;
 let me = "";
@@ -41,10 +44,31 @@ function conversation(id: string): Conversation {
   return found;
 }
 
+/** A user's name once known (asked for on first sight), their id until then. */
+function who(id: string): string {
+  if (!asked.has(id)) {
+    asked.add(id);
+    connection
+      .call({ relation: { getUsers: { userIds: [id] } } })
+      .then((reply) => {
+        for (const u of reply.relation.getUsers.users ?? []) names.set(String(u.userId), u.nickname || u.username);
+        render();
+      })
+      .catch(fail);
+  }
+  return names.get(id) ?? `user ${id}`;
+}
+
+function render() {
+  $("me").textContent = `signed in as ${who(me)}`;
+  renderList();
+  renderMessages();
+}
+
 /** Who the conversation is with, as its id says (`d:<a>:<b>`, `g:<group>`, `s:<user>`). */
 function title(id: string): string {
   const [kind, a, b] = id.split(":");
-  if (kind === "d") return `user ${a === me ? b : a}`;
+  if (kind === "d") return who(a === me ? b : a);
   if (kind === "g") return `group ${a}`;
   return "notices";
 }
@@ -96,7 +120,7 @@ function renderMessages() {
     item.className = mine ? "mine" : "theirs";
     const sender = document.createElement("span");
     sender.className = "sender";
-    sender.textContent = mine ? "me" : m.senderId ? `user ${m.senderId}` : "system";
+    sender.textContent = mine ? "me" : m.senderId ? who(m.senderId) : "system";
     item.append(sender, body(c, m));
     if (mine) {
       const status = document.createElement("span");
@@ -164,8 +188,7 @@ async function openConversation(id: string) {
   const mine = page.filter((m) => m.senderId === me && m.receipt).map((m) => m.seq);
   await countReceipts(c, mine);
   await markRead(c);
-  renderList();
-  renderMessages();
+  render();
 }
 
 function apply(event: SyncEvent) {
@@ -185,7 +208,7 @@ function apply(event: SyncEvent) {
     const r = event.receipt;
     receipts.set(`${r.conversationId}/${Number(r.seq)}`, { read: r.read ?? 0, total: r.total ?? 0 });
   } else if (event.typing && event.typing.userId !== me && event.typing.conversationId === open) {
-    $("typing").textContent = `user ${event.typing.userId} is typing…`;
+    $("typing").textContent = `${who(event.typing.userId)} is typing…`;
     clearTimeout(typingShown);
     typingShown = setTimeout(() => ($("typing").textContent = ""), TYPING_SHOWN_MS);
   }
@@ -198,8 +221,7 @@ function receive(entries: InboxEntry[]) {
     acked = Math.max(acked, Number(entry.syncSeq ?? 0));
   }
   if (acked > 0) connection.ack(String(acked));
-  renderList();
-  renderMessages();
+  render();
 }
 
 /** Where a new message to the open conversation goes, as the send request names it. */
@@ -250,7 +272,6 @@ async function start(token: string) {
   connection.onClose = (reason) => show(`disconnected: ${reason}`);
   $("login").hidden = true;
   $("app").hidden = false;
-  $("me").textContent = `signed in as user ${me}`;
   const reply = await connection.call({ conversations: { limit: 100 } });
   for (const c of reply.conversations.conversations ?? []) {
     const known = conversation(c.conversationId);
@@ -258,7 +279,7 @@ async function start(token: string) {
     known.readSeq = Number(c.readSeq ?? 0);
     known.peerReadSeq = Number(c.peerReadSeq ?? 0);
   }
-  renderList();
+  render();
 }
 
 $<HTMLFormElement>("login-form").onsubmit = (event) => {

@@ -34,7 +34,7 @@ try {
     p.setDefaultTimeout(15_000);
     p.on("pageerror", (e) => console.error(`${who}: page error: ${e.message}`));
     await p.goto(`${gateway}/#token=${token}`);
-    await p.locator("#me").filter({ hasText: "signed in as user" }).waitFor();
+    await p.locator("#me").filter({ hasText: `signed in as ${who}` }).waitFor();
     return p;
   };
   const a = await page(env("ALICE_TOKEN"), "alice");
@@ -58,7 +58,7 @@ try {
 
   // Bob types (alice sees it) and sends a photo; alice sees the photo loaded.
   await b.locator("#text").pressSequentially("look");
-  await a.locator("#typing", { hasText: `user ${bob} is typing` }).waitFor();
+  await a.locator("#typing", { hasText: "bob is typing" }).waitFor();
   await b.setInputFiles("#image", { name: "dot.png", mimeType: "image/png", buffer: PHOTO });
   await b.locator("#messages li.mine img").waitFor();
   const photo = a.locator("#messages li.theirs img").last();
