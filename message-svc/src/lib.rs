@@ -123,12 +123,15 @@ impl FilesConfig {
     }
 }
 
-/// Sends allowed per second on each replica; 0 turns a limit off.
+/// Sends allowed per second, and upload tickets a minute, on each replica; 0 turns a
+/// limit off.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct RateLimitConfig {
     pub user_per_sec: u32,
     pub group_per_sec: u32,
+    /// Upload tickets (`CreateUpload`) one user may ask for a minute.
+    pub upload_tickets_per_min: u32,
 }
 
 impl Default for RateLimitConfig {
@@ -136,6 +139,7 @@ impl Default for RateLimitConfig {
         Self {
             user_per_sec: 20,
             group_per_sec: 40,
+            upload_tickets_per_min: 60,
         }
     }
 }
@@ -274,7 +278,8 @@ impl Service {
                 rates: domain::RateLimits::new(
                     config.rate_limits.user_per_sec,
                     config.rate_limits.group_per_sec,
-                ),
+                )
+                .with_tickets(config.rate_limits.upload_tickets_per_min),
                 files,
             },
         );

@@ -153,6 +153,9 @@ impl Messages {
     pub async fn create_upload(&self, by: Sender, request: UploadRequest) -> Result<Ticket, Error> {
         let files = &self.files;
         let blobs = files.blobs()?;
+        if let Sender::User(user) = by {
+            self.rates.check_ticket(user)?;
+        }
         let kind = request
             .kind
             .filter(|k| *k != UploadKind::Thumbnail)

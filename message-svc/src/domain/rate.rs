@@ -1,5 +1,6 @@
-//! Send rate limits per user and per group (GCRA token buckets from `governor`), kept per
-//! replica: with N replicas behind a balancer a sender gets at most N times the rate.
+//! Send rate limits per user and per group, and the upload tickets a user may ask for per
+//! minute (GCRA token buckets from `governor`), kept per replica: with N replicas behind
+//! a balancer a sender gets at most N times the rate.
 
 use std::{
     num::NonZeroU32,
@@ -9,19 +10,20 @@ use std::{
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter, clock::Clock as _};
 
-/// A send refused by a rate limit, with how long to wait.
+/// A request refused by a rate limit, with how long to wait.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{scope}: over the limit of {per_sec} messages per second; retry in {retry_after_ms} ms")]
+#[error("{scope}: over the limit of {limit}; retry in {retry_after_ms} ms")]
 pub struct RateLimited {
-    /// What is limited: `user_id` (the sender) or `group_id`.
+    /// What is limited: `user_id` (the sender or uploader) or `group_id`.
     pub scope: &'static str,
-    pub per_sec: u32,
+    /// The limit, e.g. "20 messages per second".
+    pub limit: String,
     pub retry_after_ms: u64,
 }
 
 struct Bucket {
     limiter: DefaultKeyedRateLimiter<i64>,
-    per_sec: u32,
+    limit: String,
     scope: &'static str,
 }
 
@@ -30,7 +32,16 @@ impl Bucket {
         let rate = NonZeroU32::new(per_sec)?;
         Some(Self {
             limiter: RateLimiter::keyed(Quota::per_second(rate)),
-            per_sec,
+            limit: format!("{per_sec} messages per second"),
+            scope,
+        })
+    }
+
+    fn per_minute(per_min: u32, scope: &'static str, what: &str) -> Option<Self> {
+        let rate = NonZeroU32::new(per_min)?;
+        Some(Self {
+            limiter: RateLimiter::keyed(Quota::per_minute(rate)),
+            limit: format!("{per_min} {what} per minute"),
             scope,
         })
     }
@@ -40,7 +51,7 @@ impl Bucket {
             let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
             RateLimited {
                 scope: self.scope,
-                per_sec: self.per_sec,
+                limit: self.limit.clone(),
                 retry_after_ms: wait.max(Duration::from_millis(1)).as_millis() as u64,
             }
         })
@@ -52,10 +63,12 @@ impl Bucket {
     }
 }
 
-/// The per-user and per-group send limits; a rate of 0 turns one off.
+/// The per-user and per-group send limits and the per-user ticket limit; a rate of 0
+/// turns one off.
 pub struct RateLimits {
     users: Option<Bucket>,
     groups: Option<Bucket>,
+    tickets: Option<Bucket>,
     checks: AtomicU64,
 }
 
@@ -67,8 +80,24 @@ impl RateLimits {
         Self {
             users: Bucket::new(user_per_sec, "user_id"),
             groups: Bucket::new(group_per_sec, "group_id"),
+            tickets: None,
             checks: AtomicU64::new(0),
         }
+    }
+
+    /// These limits, and at most `per_min` upload tickets a minute per user.
+    pub fn with_tickets(self, per_min: u32) -> Self {
+        Self {
+            tickets: Bucket::per_minute(per_min, "user_id", "upload tickets"),
+            ..self
+        }
+    }
+
+    /// Takes one upload ticket from `user`'s budget.
+    pub fn check_ticket(&self, user: i64) -> Result<(), RateLimited> {
+        self.tickets
+            .as_ref()
+            .map_or(Ok(()), |tickets| tickets.check(user))
     }
 
     /// No limits at all (tests of other things, load tools).
@@ -82,6 +111,7 @@ impl RateLimits {
             self.users
                 .iter()
                 .chain(&self.groups)
+                .chain(&self.tickets)
                 .for_each(Bucket::forget_idle);
         }
         if let Some(users) = &self.users {
@@ -118,6 +148,24 @@ mod tests {
         assert_eq!(limits.check(3, Some(9)).unwrap_err().scope, "group_id");
         limits.check(3, Some(10)).unwrap();
         limits.check(3, None).unwrap();
+    }
+
+    #[test]
+    fn a_user_past_their_tickets_a_minute_is_refused_with_a_wait() {
+        let limits = RateLimits::new(0, 0).with_tickets(2);
+        limits.check_ticket(1).unwrap();
+        limits.check_ticket(1).unwrap();
+        let refused = limits.check_ticket(1).unwrap_err();
+        assert_eq!(
+            (refused.scope, refused.limit.as_str()),
+            ("user_id", "2 upload tickets per minute")
+        );
+        assert!(
+            (1..=30_000).contains(&refused.retry_after_ms),
+            "{refused:?}"
+        );
+        limits.check_ticket(2).unwrap();
+        limits.check(1, None).unwrap();
     }
 
     #[test]

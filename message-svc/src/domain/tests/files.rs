@@ -10,7 +10,11 @@ use crate::store::blobs::{LocalBlobs, LocalConfig};
 
 /// [`messages`] with its objects under a folder the test writes to, as the gateway would.
 async fn with_files() -> (Messages, PathBuf) {
-    let (mut messages, _) = messages().await;
+    with_files_limited(RateLimits::unlimited()).await
+}
+
+async fn with_files_limited(rates: RateLimits) -> (Messages, PathBuf) {
+    let (mut messages, _) = build(DirectPolicy::Anyone, rates).await;
     let dir = testing::scratch_dir("uploads");
     let config = LocalConfig {
         dir: dir.display().to_string(),
@@ -383,4 +387,32 @@ async fn a_deployment_without_files_refuses_tickets_downloads_and_references() {
         .unwrap_err();
     assert!(matches!(err, Error::NoObject), "{err:?}");
     assert_eq!(messages.sweep_files().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_user_past_their_tickets_a_minute_is_refused_and_others_are_not() {
+    let (messages, _) = with_files_limited(RateLimits::unlimited().with_tickets(2)).await;
+    for _ in 0..2 {
+        messages
+            .create_upload(u(1), image_upload(10))
+            .await
+            .unwrap();
+    }
+    let err = messages
+        .create_upload(u(1), image_upload(10))
+        .await
+        .unwrap_err();
+    let Error::RateLimited(limited) = err else {
+        panic!("expected a rate limit, got {err:?}");
+    };
+    assert_eq!(limited.scope, "user_id");
+    assert!(limited.retry_after_ms > 0);
+    messages
+        .create_upload(u(2), image_upload(10))
+        .await
+        .unwrap();
+    messages
+        .create_upload(Sender::System, image_upload(10))
+        .await
+        .unwrap();
 }
