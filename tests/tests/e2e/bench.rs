@@ -55,6 +55,7 @@ async fn unlimited() -> TestCluster {
         spec.message.rate_limits = message_svc::RateLimitConfig {
             user_per_sec: 0,
             group_per_sec: 0,
+            ..Default::default()
         };
     })
     .await
@@ -197,6 +198,7 @@ async fn senders_wait_out_rate_limits_and_lose_nothing() {
         spec.message.rate_limits = message_svc::RateLimitConfig {
             user_per_sec: 10,
             group_per_sec: 0,
+            ..Default::default()
         };
     })
     .await;

@@ -136,6 +136,7 @@ async fn two_hundred_devices_on_two_gateways_keep_every_message_when_one_gateway
         spec.message.rate_limits = message_svc::RateLimitConfig {
             user_per_sec: 0,
             group_per_sec: 0,
+            ..Default::default()
         };
     })
     .await;
@@ -211,6 +212,7 @@ async fn a_slow_reader_is_disconnected_while_its_neighbour_keeps_being_served() 
         spec.message.rate_limits = message_svc::RateLimitConfig {
             user_per_sec: 0,
             group_per_sec: 0,
+            ..Default::default()
         };
     })
     .await;
