@@ -60,7 +60,9 @@ pub enum Backend {
     MySql,
 }
 
-fn env_url(var: &str) -> Option<String> {
+/// The value of the test setting `var` (a server's URL, a tool's path) when it is set;
+/// under `IMESH_TEST_ALL_BACKENDS=1` it must be.
+pub fn configured(var: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
@@ -76,10 +78,10 @@ fn env_url(var: &str) -> Option<String> {
 /// Every SQL backend reachable from this test run.
 pub fn sql_backends() -> Vec<Backend> {
     let mut backends = vec![Backend::Sqlite];
-    if env_url("IMESH_TEST_POSTGRES_URL").is_some() {
+    if configured("IMESH_TEST_POSTGRES_URL").is_some() {
         backends.push(Backend::Postgres);
     }
-    if env_url("IMESH_TEST_MYSQL_URL").is_some() {
+    if configured("IMESH_TEST_MYSQL_URL").is_some() {
         backends.push(Backend::MySql);
     }
     backends
@@ -124,7 +126,7 @@ pub async fn fresh_sql(backend: Backend) -> anyhow::Result<crate::config::SqlCon
 
 /// The test Redis, when one is configured.
 pub fn redis() -> Option<RedisConfig> {
-    env_url("IMESH_TEST_REDIS_URL").map(redis_config)
+    configured("IMESH_TEST_REDIS_URL").map(redis_config)
 }
 
 /// Every test Redis configured: the single node and the 3-master cluster
@@ -135,7 +137,7 @@ pub fn redis_servers() -> Vec<(&'static str, RedisConfig)> {
     if let Some(config) = redis() {
         out.push(("redis", config));
     }
-    if let Some(url) = env_url("IMESH_TEST_REDIS_CLUSTER_URL") {
+    if let Some(url) = configured("IMESH_TEST_REDIS_CLUSTER_URL") {
         out.push(("redis-cluster", redis_config(url)));
     }
     out
@@ -180,9 +182,9 @@ pub struct S3Server {
 
 pub fn s3() -> Option<S3Server> {
     Some(S3Server {
-        endpoint: env_url("IMESH_TEST_S3_URL")?,
-        access_key: env_url("IMESH_TEST_S3_ACCESS_KEY")?,
-        secret_key: env_url("IMESH_TEST_S3_SECRET_KEY")?,
+        endpoint: configured("IMESH_TEST_S3_URL")?,
+        access_key: configured("IMESH_TEST_S3_ACCESS_KEY")?,
+        secret_key: configured("IMESH_TEST_S3_SECRET_KEY")?,
     })
 }
 

@@ -318,14 +318,5 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 /// The Chromium the browser tests drive (`IMESH_TEST_CHROMIUM`, set by `scripts/test`),
 /// when there is one; under `IMESH_TEST_ALL_BACKENDS=1` there must be.
 pub fn chromium() -> Option<String> {
-    match std::env::var("IMESH_TEST_CHROMIUM") {
-        Ok(path) if !path.is_empty() => Some(path),
-        _ => {
-            assert!(
-                std::env::var("IMESH_TEST_ALL_BACKENDS").as_deref() != Ok("1"),
-                "IMESH_TEST_CHROMIUM is not set but IMESH_TEST_ALL_BACKENDS=1: run the tests through scripts/test"
-            );
-            None
-        }
-    }
+    testing::configured("IMESH_TEST_CHROMIUM")
 }

@@ -4,7 +4,7 @@ use imesh_kit::grpc::Channel;
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::group::{
     CheckSendRequest, GetGroupRequest, GetMembersRequest, Group, GroupStatus, GroupType,
-    ListMyGroupsRequest, MemberIdsRequest, MemberStatus, MembershipRequest,
+    ListMyGroupsRequest, Member, MemberIdsRequest, MemberStatus, MembershipRequest,
     group_service_client::GroupServiceClient,
 };
 use tonic::Code;
@@ -58,6 +58,24 @@ impl GroupServiceGate {
             .into_inner()
             .group
             .ok_or_else(|| tonic::Status::not_found(format!("group_id: no group {group}")))
+    }
+
+    /// `user`'s member row in `group` (current or past), as the system sees it; `None` when
+    /// they never were a member or there is no such group.
+    async fn membership(&self, group: i64, user: i64) -> anyhow::Result<Option<Member>> {
+        let request = MembershipRequest {
+            group_id: group,
+            user_id: user,
+        };
+        let mut client = self.client.clone();
+        let asked = client.membership(self.caller.request(Actor::System, request));
+        match asked.await {
+            Ok(reply) => Ok(Some(reply.into_inner())),
+            Err(status) if matches!(status.code(), Code::NotFound | Code::PermissionDenied) => {
+                Ok(None)
+            }
+            Err(status) => Err(status.into()),
+        }
     }
 }
 
@@ -169,26 +187,9 @@ impl GroupGate for GroupServiceGate {
     }
 
     async fn holds(&self, group: i64, user: i64, permission: u32) -> anyhow::Result<bool> {
-        let request = MembershipRequest {
-            group_id: group,
-            user_id: user,
-        };
-        match self
-            .client
-            .clone()
-            .membership(self.caller.request(Actor::System, request))
-            .await
-        {
-            Ok(reply) => {
-                let member = reply.into_inner();
-                Ok(member.status() == MemberStatus::Normal
-                    && member.permissions & permission == permission)
-            }
-            Err(status) if matches!(status.code(), Code::NotFound | Code::PermissionDenied) => {
-                Ok(false)
-            }
-            Err(status) => Err(status.into()),
-        }
+        Ok(self.membership(group, user).await?.is_some_and(|member| {
+            member.status() == MemberStatus::Normal && member.permissions & permission == permission
+        }))
     }
 
     async fn groups_of(&self, user: i64, max: usize) -> anyhow::Result<Vec<i64>> {
@@ -217,25 +218,9 @@ impl GroupGate for GroupServiceGate {
         group: i64,
         user: i64,
     ) -> anyhow::Result<Option<(i64, Option<i64>)>> {
-        let request = MembershipRequest {
-            group_id: group,
-            user_id: user,
-        };
-        match self
-            .client
-            .clone()
-            .membership(self.caller.request(Actor::System, request))
-            .await
-        {
-            Ok(reply) => {
-                let member = reply.into_inner();
-                let until = (member.status() != MemberStatus::Normal).then_some(member.leave_seq);
-                Ok(Some((member.join_seq, until)))
-            }
-            Err(status) if matches!(status.code(), Code::NotFound | Code::PermissionDenied) => {
-                Ok(None)
-            }
-            Err(status) => Err(status.into()),
-        }
+        Ok(self.membership(group, user).await?.map(|member| {
+            let until = (member.status() != MemberStatus::Normal).then_some(member.leave_seq);
+            (member.join_seq, until)
+        }))
     }
 }

@@ -66,15 +66,8 @@ async fn every_service_is_serving_and_lists_its_own_api_by_reflection() {
 /// must work against the running services.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpcurl_lists_describes_and_calls_with_the_internal_credential() {
-    let grpcurl = match std::env::var("IMESH_TEST_GRPCURL") {
-        Ok(path) if !path.is_empty() => path,
-        _ => {
-            assert!(
-                std::env::var("IMESH_TEST_ALL_BACKENDS").as_deref() != Ok("1"),
-                "IMESH_TEST_GRPCURL is not set"
-            );
-            return;
-        }
+    let Some(grpcurl) = imesh_kit::testing::configured("IMESH_TEST_GRPCURL") else {
+        return;
     };
     let env = TestCluster::start(Stores::Embedded).await;
     let relation = env.cluster.addrs.relation.to_string();

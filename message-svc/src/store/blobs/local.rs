@@ -12,16 +12,26 @@ use crate::domain::Blobs;
 
 pub struct LocalBlobs {
     dir: PathBuf,
-    public_url: String,
+    /// Where the gateway serves the folder; each link appends the key and its signature.
+    public_url: reqwest::Url,
     signer: LinkSigner,
 }
 
 impl LocalBlobs {
     pub fn new(config: &LocalConfig, signer: LinkSigner) -> anyhow::Result<Self> {
-        reqwest::Url::parse(&config.public_url).context("files.local.public_url: not a URL")?;
+        let mut public_url =
+            reqwest::Url::parse(&config.public_url).context("files.local.public_url: not a URL")?;
+        anyhow::ensure!(
+            !public_url.cannot_be_a_base(),
+            "files.local.public_url: must be an http(s) URL such as http://127.0.0.1:8080/files"
+        );
+        public_url
+            .path_segments_mut()
+            .expect("checked: a base URL")
+            .pop_if_empty();
         Ok(Self {
             dir: PathBuf::from(&config.dir),
-            public_url: config.public_url.trim_end_matches('/').to_owned(),
+            public_url,
             signer,
         })
     }
@@ -34,10 +44,12 @@ impl LocalBlobs {
             size,
             mime,
         };
-        let base = format!("{}/{key}", self.public_url);
-        reqwest::Url::parse_with_params(&base, self.signer.query(&link))
-            .map(String::from)
-            .unwrap_or(base)
+        let mut url = self.public_url.clone();
+        url.path_segments_mut()
+            .expect("checked: a base URL")
+            .extend(key.split('/'));
+        url.query_pairs_mut().extend_pairs(self.signer.query(&link));
+        url.into()
     }
 }
 

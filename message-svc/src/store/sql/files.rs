@@ -73,6 +73,15 @@ pub(super) fn references<'a>(
     backend: DatabaseBackend,
     messages: impl IntoIterator<Item = (&'a str, i64, &'a Content)>,
 ) -> Option<Statement> {
+    let mut rows = messages
+        .into_iter()
+        .flat_map(|(conversation_id, seq, content)| {
+            content
+                .objects()
+                .into_iter()
+                .map(move |(_, key)| [conversation_id.into(), seq.into(), key.into()])
+        });
+    let first = rows.next()?;
     let mut insert = Query::insert()
         .into_table(MessageObjects::Table)
         .columns([
@@ -81,14 +90,10 @@ pub(super) fn references<'a>(
             MessageObjects::ObjectKey,
         ])
         .to_owned();
-    let mut any = false;
-    for (conversation_id, seq, content) in messages {
-        for (_, key) in content.objects() {
-            insert.values_panic([conversation_id.into(), seq.into(), key.into()]);
-            any = true;
-        }
+    for row in std::iter::once(first).chain(rows) {
+        insert.values_panic(row);
     }
-    any.then(|| backend.build(&insert))
+    Some(backend.build(&insert))
 }
 
 /// Forgets the objects message `seq` of a conversation references (recalled, or edited
