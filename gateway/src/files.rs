@@ -1,6 +1,6 @@
 //! The embedded file store's HTTP side (on when `files_dir` is set): `PUT` and `GET
 //! /files/<key>` with the links message-svc signs (`imesh_kit::files`). An upload must
-//! carry exactly the signed type and length, goes to a temporary file and is renamed into
+//! carry exactly the signed type and length, goes to a temporary file and is linked into
 //! place whole; an object is written once. A download streams the file as the signed
 //! type; only images, audio and video are shown inline, everything else is an attachment.
 
@@ -89,23 +89,30 @@ async fn upload(
     }
     let path = store.dir.join(&key);
     if tokio::fs::try_exists(&path).await.unwrap_or(false) {
-        return Err(refuse(
-            StatusCode::CONFLICT,
-            "the object is uploaded already",
-        ));
+        return Err(uploaded_already());
     }
     let partial = path.with_extension(format!("part-{:016x}", rand_suffix()));
     if let Err(refused) = write(&partial, body, signed.size).await {
         let _ = tokio::fs::remove_file(&partial).await;
         return Err(refused);
     }
-    if let Err(e) = tokio::fs::rename(&partial, &path).await {
-        let _ = tokio::fs::remove_file(&partial).await;
-        tracing::error!(error = %e, key, "storing an upload failed");
-        let reason = "storing the object failed";
-        return Err(refuse(StatusCode::INTERNAL_SERVER_ERROR, reason));
+    // A link, unlike a rename, never replaces a file: of two PUTs racing to one key, one
+    // is stored whole and the other is told it came second.
+    let linked = tokio::fs::hard_link(&partial, &path).await;
+    let _ = tokio::fs::remove_file(&partial).await;
+    match linked {
+        Ok(()) => Ok(StatusCode::CREATED),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(uploaded_already()),
+        Err(e) => {
+            tracing::error!(error = %e, key, "storing an upload failed");
+            let reason = "storing the object failed";
+            Err(refuse(StatusCode::INTERNAL_SERVER_ERROR, reason))
+        }
     }
-    Ok(StatusCode::CREATED)
+}
+
+fn uploaded_already() -> Refusal {
+    refuse(StatusCode::CONFLICT, "the object is uploaded already")
 }
 
 /// A random file name suffix, so concurrent PUTs of one key never share a partial file.
@@ -281,6 +288,29 @@ mod tests {
         let other = download.replace(KEY, "5/ffffffffffffffffffffffffffffffff");
         let (status, ..) = call(&dir, get(&other)).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "the signature names the key");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn of_two_uploads_racing_to_one_key_one_is_stored_whole() {
+        let dir = std::env::temp_dir().join(format!("imesh-gateway-race-{}", rand_suffix()));
+        let upload = link(Access::Upload, 4, "image/png", later());
+        let ((first, ..), (second, ..)) = tokio::join!(
+            call(&dir, put(&upload, "image/png", b"AAAA")),
+            call(&dir, put(&upload, "image/png", b"BBBB")),
+        );
+        let mut statuses = [first, second];
+        statuses.sort();
+        assert_eq!(statuses, [StatusCode::CREATED, StatusCode::CONFLICT]);
+        let stored = std::fs::read(dir.join(KEY)).unwrap();
+        let winner: &[u8] = if first == StatusCode::CREATED {
+            b"AAAA"
+        } else {
+            b"BBBB"
+        };
+        assert_eq!(stored, winner);
+        let left: Vec<_> = std::fs::read_dir(dir.join("5")).unwrap().collect();
+        assert_eq!(left.len(), 1, "no partial file is left behind");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
