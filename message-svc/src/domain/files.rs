@@ -153,9 +153,6 @@ impl Messages {
     pub async fn create_upload(&self, by: Sender, request: UploadRequest) -> Result<Ticket, Error> {
         let files = &self.files;
         let blobs = files.blobs()?;
-        if let Sender::User(user) = by {
-            self.rates.check_ticket(user)?;
-        }
         let kind = request
             .kind
             .filter(|k| *k != UploadKind::Thumbnail)
@@ -176,6 +173,10 @@ impl Messages {
                 ),
                 ("thumbnail_mime_type", "thumbnail_size_bytes"),
             )?);
+        }
+        // Only a ticket that could be given takes from the budget.
+        if let Sender::User(user) = by {
+            self.rates.check_ticket(user)?;
         }
         let uploads: Vec<Upload> = uploads
             .into_iter()

@@ -392,6 +392,11 @@ async fn a_deployment_without_files_refuses_tickets_downloads_and_references() {
 #[tokio::test]
 async fn a_user_past_their_tickets_a_minute_is_refused_and_others_are_not() {
     let (messages, _) = with_files_limited(RateLimits::unlimited().with_tickets(2)).await;
+    let refused = messages.create_upload(u(1), image_upload(0)).await;
+    assert!(
+        matches!(refused, Err(Error::Invalid { .. })),
+        "a bad request takes no budget"
+    );
     for _ in 0..2 {
         messages
             .create_upload(u(1), image_upload(10))
