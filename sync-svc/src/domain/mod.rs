@@ -191,18 +191,19 @@ impl Inboxes {
         let total = events.len() as u32;
         let mut seen: HashSet<String> = HashSet::new();
         let mut stored = Vec::new();
-        // The read-fanout group and seq of each stored message event, for the live hints.
-        let mut hints: Vec<Option<(i64, String, i64)>> = Vec::new();
+        // Message events of read-fanout groups (event id, group, conversation, seq), for
+        // the live hints.
+        let mut hints: Vec<(String, i64, String, i64)> = Vec::new();
         for event in events {
             if !seen.insert(event.event_id.clone()) {
                 continue;
             }
-            let hint = match (event.read_fanout_group, &event.mark) {
-                (Some(group), Some(mark)) if matches!(mark.change, Change::Message { .. }) => {
-                    Some((group, mark.conversation_id.clone(), mark.seq))
-                }
-                _ => None,
-            };
+            if let (Some(group), Some(mark)) = (event.read_fanout_group, &event.mark)
+                && matches!(mark.change, Change::Message { .. })
+            {
+                let conversation = mark.conversation_id.clone();
+                hints.push((event.event_id.clone(), group, conversation, mark.seq));
+            }
             let mut recipients = event.recipients;
             recipients.sort_unstable();
             recipients.dedup();
@@ -219,7 +220,6 @@ impl Inboxes {
                 mark: event.mark,
                 hook,
             });
-            hints.push(hint);
         }
         // A replay is rare: the append goes first, and only a taken event id (a replay, or
         // a concurrent append of the same event) asks which events are stored already.
@@ -227,8 +227,7 @@ impl Inboxes {
             Err(Error::Store(StoreError::Conflict(_))) => {
                 let ids: Vec<&str> = stored.iter().map(|e| e.event_id.as_str()).collect();
                 let known = self.store.known_events(&ids).await?;
-                let mut keep = stored.iter().map(|e| !known.contains(&e.event_id));
-                hints.retain(|_| keep.next().unwrap_or(false));
+                hints.retain(|(event_id, ..)| !known.contains(event_id));
                 stored.retain(|e| !known.contains(&e.event_id));
                 self.append_stored(&stored).await?
             }
@@ -238,7 +237,7 @@ impl Inboxes {
         // Read-fanout groups whose conversation moved on: the latest seq of each, one live
         // hint per group however many of its messages this batch holds.
         let mut advanced: HashMap<i64, (String, i64)> = HashMap::new();
-        for (group, conversation, seq) in hints.into_iter().flatten() {
+        for (_, group, conversation, seq) in hints {
             let latest = advanced.entry(group).or_insert((conversation, 0));
             latest.1 = latest.1.max(seq);
         }
