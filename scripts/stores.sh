@@ -44,12 +44,12 @@ stores_start() {
   mkdir -p "$STORES_DIR/pg" && chown postgres "$STORES_DIR/pg"
   runuser -u postgres -- "$pgbin/initdb" -D "$STORES_DIR/pg" -A trust -U postgres >/dev/null
   runuser -u postgres -- "$pgbin/pg_ctl" -D "$STORES_DIR/pg" -l "$STORES_DIR/pg.log" -w start -o \
-    "-p $PG_PORT -k $STORES_DIR/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=500" >/dev/null
+    "-p $PG_PORT -k $STORES_DIR/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=500 -c max_wal_size=128MB -c min_wal_size=32MB" >/dev/null
 
   mkdir -p "$STORES_DIR/my" && chown mysql "$STORES_DIR/my"
   mariadb-install-db --user=mysql --datadir="$STORES_DIR/my" --auth-root-authentication-method=normal >/dev/null
   mariadbd --user=mysql --datadir="$STORES_DIR/my" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
-    --socket="$STORES_DIR/my.sock" --pid-file="$STORES_DIR/my.pid" --innodb-flush-log-at-trx-commit=0 \
+    --socket="$STORES_DIR/my.sock" --pid-file="$STORES_DIR/my.pid" --innodb-flush-log-at-trx-commit=0 --innodb-file-per-table=0 \
     --skip-log-bin --max-connections=500 >"$STORES_DIR/my.log" 2>&1 &
   wait_for 30 MariaDB mariadb --socket="$STORES_DIR/my.sock" -uroot -e 'SELECT 1'
   mariadb --socket="$STORES_DIR/my.sock" -uroot -e \
