@@ -82,11 +82,11 @@ pub struct Config {
     pub frames_per_sec: u32,
     /// Sends one connection may have unanswered; one more is refused at once.
     pub sends_in_flight: usize,
-    /// Lanes carrying sends to message-svc, one batch in flight each (see [`peers::sends`]).
-    pub send_lanes: usize,
+    /// Most `SendBatch` calls to message-svc out at once (see [`peers::sends`]).
+    pub send_batches_in_flight: usize,
     /// Most sends one batch carries.
     pub send_batch_max: usize,
-    /// Sends one lane holds queued; past that a send is refused at once.
+    /// Sends the gateway holds queued for message-svc; past that a send is refused at once.
     pub send_backlog: usize,
     /// How long one batch may take before its sends are answered UNAVAILABLE.
     pub send_timeout_ms: u64,
@@ -125,9 +125,9 @@ impl Default for Config {
             max_frame_bytes: 64 * 1024,
             frames_per_sec: 100,
             sends_in_flight: 32,
-            send_lanes: 4,
+            send_batches_in_flight: 4,
             send_batch_max: 256,
-            send_backlog: 1024,
+            send_backlog: 4096,
             send_timeout_ms: 5_000,
             send_hold_ms: 1_000,
             admission: admission::Limits::default(),
@@ -156,7 +156,7 @@ impl Config {
 
     pub fn send_limits(&self) -> peers::sends::Limits {
         peers::sends::Limits {
-            lanes: self.send_lanes,
+            batches_in_flight: self.send_batches_in_flight,
             batch_max: self.send_batch_max,
             backlog: self.send_backlog,
             in_flight: self.sends_in_flight,

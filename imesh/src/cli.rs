@@ -252,8 +252,8 @@ mod tests {
         assert_eq!(spec.message.rate_limits.user_per_sec, 0);
         assert_eq!(spec.sync.inbox_retention_hours, 1);
         assert_eq!(
-            spec.gateway.send_lanes,
-            gateway::Config::default().send_lanes
+            spec.gateway.send_batches_in_flight,
+            gateway::Config::default().send_batches_in_flight
         );
         assert_eq!(
             spec.ports.relation, 50051,

@@ -51,7 +51,7 @@ pub struct Backends {
 const MAX_GROUP_PAGES: usize = 50;
 
 impl Backends {
-    /// Connects lazily and starts the send lanes and the ack writer on the current runtime.
+    /// Connects lazily and starts the send batching and the ack writer on the current runtime.
     pub fn new(caller: Caller, config: &crate::Config) -> anyhow::Result<Self> {
         let peers = grpc::Peers::new(&config.grpc)?;
         let message = MessageServiceClient::new(peers.channel(&config.message_addr)?);

@@ -1,11 +1,15 @@
 //! Client sends, batched on their way to message-svc.
 //!
-//! A send frame is queued at once, in the order its connection read it, on one of a few
-//! *lanes* chosen by the sender's user id. Each lane carries one `SendBatch` at a time:
-//! everything that queued while the previous batch was out goes in the next (up to
-//! `send_batch_max`), so light load goes out alone and at once, and heavy load in large
-//! batches. One user's sends share a lane and a lane waits for each answer, so message-svc
-//! sees a device's sends in the order sent, and gives them seqs in that order.
+//! A send frame is queued at once, in the order its connection read it, on one queue. One
+//! task takes sends off it in batches (up to `send_batch_max`) and keeps up to
+//! `send_batches_in_flight` `SendBatch` calls out at once:
+//! - a batch goes out at once when none is out, so a lone send never waits;
+//! - while one is out, the next waits for it unless [`BATCH_WORTH_SHARING`] of a
+//!   batch's room is ready: light load rides in few, fuller calls, heavy load in several
+//!   large ones at once;
+//! - a sender with a send in a batch that is out sends nothing more until its answer,
+//!   and its queued sends keep their order, so message-svc sees a device's sends in the
+//!   order sent and gives them seqs in that order.
 //!
 //! With several message-svc replicas, each batch is split by the replica owning each
 //! send's conversation ([`Keyed`], rendezvous hashing over the replicas' addresses) and the
@@ -13,11 +17,12 @@
 //! writer and outbox relay keep them in seq order all the way to the recipients.
 //!
 //! Admission is bounded twice, each bound answered at once with `RESOURCE_EXHAUSTED` and a
-//! wait (never by waiting): a connection may have `sends_in_flight` sends unanswered, and a
-//! lane holds at most `send_backlog` queued sends. A send refused with a retryable status
+//! wait (never by waiting): a connection may have `sends_in_flight` sends unanswered, and
+//! the queue holds at most `send_backlog` sends. A send refused with a retryable status
 //! holds its conversation on its connection until it comes again ([`crate::holds`]).
 
 use std::{
+    collections::{HashSet, VecDeque},
     sync::{
         Arc,
         atomic::{AtomicU64, AtomicUsize, Ordering},
@@ -26,6 +31,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use futures::{FutureExt as _, StreamExt as _};
 use imesh_kit::grpc::{self, Keyed, Replica};
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
@@ -49,7 +55,8 @@ use crate::{
 /// How the gateway batches sends.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    pub lanes: usize,
+    /// Most `SendBatch` calls out at once.
+    pub batches_in_flight: usize,
     pub batch_max: usize,
     pub backlog: usize,
     pub in_flight: usize,
@@ -121,46 +128,33 @@ impl Queued {
     }
 }
 
-struct Lane {
+pub struct Sends {
     queue: flume::Sender<Queued>,
     /// The last batch's round trip, in µs: the base of the wait a refusal names.
     round_trip_us: Arc<AtomicU64>,
-}
-
-pub struct Sends {
-    lanes: Vec<Lane>,
     limits: Limits,
     refused: Counter,
     batches: Counter,
 }
 
 impl Sends {
-    /// Starts the lanes on the current runtime; they stop when `self` is dropped.
+    /// Starts the batching task on the current runtime; it stops when `self` is dropped.
     pub fn spawn(replicas: Keyed, caller: Caller, limits: Limits) -> Self {
         let batches = Counter::default();
-        let lanes = (0..limits.lanes.max(1))
-            .map(|_| {
-                let (queue, waiting) = flume::bounded(limits.backlog.max(1));
-                let round_trip_us = Arc::new(AtomicU64::new(0));
-                let lane = LaneTask {
-                    replicas: replicas.clone(),
-                    caller: caller.clone(),
-                    waiting,
-                    batch_max: limits.batch_max.max(1),
-                    timeout: limits.timeout,
-                    holds: limits.holds(),
-                    round_trip_us: round_trip_us.clone(),
-                    batches: batches.clone(),
-                };
-                tokio::spawn(lane.run());
-                Lane {
-                    queue,
-                    round_trip_us,
-                }
-            })
-            .collect();
+        let (queue, waiting) = flume::bounded(limits.backlog.max(1));
+        let round_trip_us = Arc::new(AtomicU64::new(0));
+        let carrier = Carrier {
+            replicas,
+            caller,
+            timeout: limits.timeout,
+            holds: limits.holds(),
+            round_trip_us: round_trip_us.clone(),
+            batches: batches.clone(),
+        };
+        tokio::spawn(dispatch(carrier, waiting, limits));
         Self {
-            lanes,
+            queue,
+            round_trip_us,
             limits,
             refused: Counter::default(),
             batches,
@@ -188,7 +182,6 @@ impl Sends {
         outlet: &Arc<Outlet>,
         span: tracing::Span,
     ) -> Option<Bytes> {
-        let lane = &self.lanes[sender.unsigned_abs() as usize % self.lanes.len()];
         let holds = self.limits.holds();
         let place = match outlet
             .holds
@@ -197,7 +190,7 @@ impl Sends {
             Ok(place) => place,
             Err(first) => {
                 self.refused.inc();
-                let wait = held_wait(&lane.round_trip_us, holds);
+                let wait = held_wait(&self.round_trip_us, holds);
                 return Some(refused(request_id, held_back(&first), wait));
             }
         };
@@ -206,7 +199,7 @@ impl Sends {
             outlet.in_flight.fetch_sub(1, Ordering::AcqRel);
             let why =
                 format!("send: {max} sends in flight on this connection; wait for their acks");
-            let refusal = (request_id, why, lane.wait(1));
+            let refusal = (request_id, why, self.wait(1));
             return Some(self.refuse_holding(outlet, (&request, place), refusal));
         }
         let queued = Queued {
@@ -217,14 +210,14 @@ impl Sends {
             outlet: outlet.clone(),
             span,
         };
-        match lane.queue.try_send(queued) {
+        match self.queue.try_send(queued) {
             Ok(()) => None,
             Err(full) => {
                 let request = full.into_inner().request;
                 outlet.in_flight.fetch_sub(1, Ordering::AcqRel);
-                let batches_ahead = lane.queue.len() / self.limits.batch_max.max(1) + 1;
+                let batches_ahead = self.queue.len() / self.limits.batch_max.max(1) + 1;
                 let why = "send: the gateway is at capacity; retry after the wait".to_owned();
-                let refusal = (request_id, why, lane.wait(batches_ahead));
+                let refusal = (request_id, why, self.wait(batches_ahead));
                 Some(self.refuse_holding(outlet, (&request, place), refusal))
             }
         }
@@ -243,6 +236,11 @@ impl Sends {
         refused(request_id, why, wait)
     }
 
+    /// How long `batches` batches take, at least 5 ms.
+    fn wait(&self, batches: usize) -> Duration {
+        batches_wait(&self.round_trip_us, batches)
+    }
+
     /// A send refused before it was offered (the connection's frame limit): it holds its
     /// conversation as a refused offer does.
     pub fn throttled(&self, request: &SendRequest, outlet: &Outlet, wait: Duration) {
@@ -251,13 +249,6 @@ impl Sends {
         if let Ok(place) = outlet.holds.admit(to, id, holds) {
             outlet.holds.refused((to, id, place), wait, holds);
         }
-    }
-}
-
-impl Lane {
-    /// How long `batches` batches of this lane take, at least 5 ms.
-    fn wait(&self, batches: usize) -> Duration {
-        batches_wait(&self.round_trip_us, batches)
     }
 }
 
@@ -282,51 +273,120 @@ fn refused(request_id: u64, why: String, wait: Duration) -> Bytes {
     frames::status_with_wait(request_id, &status, wait.as_millis() as u64)
 }
 
-struct LaneTask {
+/// The share of a batch's room that must be ready before it goes out beside another batch
+/// still out: fewer sends wait for that batch's answer and go with whatever queued meanwhile.
+const BATCH_WORTH_SHARING: usize = 4;
+
+/// Takes sends off the queue in batches and keeps up to `batches_in_flight` of them out.
+async fn dispatch(carrier: Carrier, waiting: flume::Receiver<Queued>, limits: Limits) {
+    let most_out = limits.batches_in_flight.max(1);
+    let batch_max = limits.batch_max.max(1);
+    let worth_sharing = (batch_max / BATCH_WORTH_SHARING).max(1);
+    // Sends taken off the queue but not yet sent: at most two batches, so the queue's
+    // bound still holds the rest back.
+    let mut pending: VecDeque<Queued> = VecDeque::new();
+    let mut busy: HashSet<i64> = HashSet::new();
+    let mut out = futures::stream::FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        let room = pending.len() < 2 * batch_max;
+        tokio::select! {
+            Some(senders) = out.next(), if !out.is_empty() => {
+                for sender in senders {
+                    busy.remove(&sender);
+                }
+            }
+            queued = waiting.recv_async(), if open && room => match queued {
+                Ok(queued) => pending.push_back(queued),
+                Err(_) => open = false,
+            },
+            else => return,
+        }
+        while pending.len() < 2 * batch_max
+            && let Ok(queued) = waiting.try_recv()
+        {
+            pending.push_back(queued);
+        }
+        while out.len() < most_out {
+            let ready = pending.iter().filter(|q| !busy.contains(&q.sender)).count();
+            if ready == 0 || (!out.is_empty() && ready < worth_sharing) {
+                break;
+            }
+            let batch = take_ready(&mut pending, &busy, batch_max, |q| q.sender);
+            let batch = carrier.still_free(batch);
+            if batch.is_empty() {
+                continue;
+            }
+            let senders: Vec<i64> = batch.iter().map(|q| q.sender).collect();
+            busy.extend(&senders);
+            out.push(carrier.send(batch).map(move |()| senders));
+        }
+        if !open && pending.is_empty() && out.is_empty() {
+            return;
+        }
+    }
+}
+
+/// Takes, in queue order, up to `max` of `pending` whose sender is not `busy`; the rest
+/// stay queued in their order.
+fn take_ready<T>(
+    pending: &mut VecDeque<T>,
+    busy: &HashSet<i64>,
+    max: usize,
+    sender: impl Fn(&T) -> i64,
+) -> Vec<T> {
+    let mut batch = Vec::new();
+    let mut rest = VecDeque::with_capacity(pending.len());
+    for item in pending.drain(..) {
+        if batch.len() < max && !busy.contains(&sender(&item)) {
+            batch.push(item);
+        } else {
+            rest.push_back(item);
+        }
+    }
+    *pending = rest;
+    batch
+}
+
+/// Carries batches to message-svc and their answers back to the connections.
+struct Carrier {
     replicas: Keyed,
     caller: Caller,
-    waiting: flume::Receiver<Queued>,
-    batch_max: usize,
     timeout: Duration,
     holds: HoldLimits,
     round_trip_us: Arc<AtomicU64>,
     batches: Counter,
 }
 
-impl LaneTask {
-    async fn run(self) {
-        while let Ok(first) = self.waiting.recv_async().await {
-            let mut batch = vec![first];
-            while batch.len() < self.batch_max {
-                match self.waiting.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(_) => break,
+impl Carrier {
+    /// `batch` without the sends whose conversation was held after they queued: those are
+    /// answered now and wait with it.
+    fn still_free(&self, mut batch: Vec<Queued>) -> Vec<Queued> {
+        batch.retain(
+            |q| match q.outlet.holds.still_free(&q.request.to, q.place) {
+                Ok(()) => true,
+                Err(first) => {
+                    let wait = held_wait(&self.round_trip_us, self.holds);
+                    let send = (&q.request.to, q.request.client_msg_id.as_str(), q.place);
+                    q.outlet.holds.refused(send, wait, self.holds);
+                    q.outlet
+                        .answer(refused(q.request_id, held_back(&first), wait));
+                    false
                 }
-            }
-            // Sends whose conversation was held after they queued wait with it.
-            batch.retain(
-                |q| match q.outlet.holds.still_free(&q.request.to, q.place) {
-                    Ok(()) => true,
-                    Err(first) => {
-                        let wait = held_wait(&self.round_trip_us, self.holds);
-                        let send = (&q.request.to, q.request.client_msg_id.as_str(), q.place);
-                        q.outlet.holds.refused(send, wait, self.holds);
-                        q.outlet
-                            .answer(refused(q.request_id, held_back(&first), wait));
-                        false
-                    }
-                },
-            );
-            if !batch.is_empty() {
-                let shares = self.replicas.split(batch, Queued::conversation);
-                futures::future::join_all(
-                    shares
-                        .into_iter()
-                        .map(|(replica, share)| self.carry(replica, share)),
-                )
-                .await;
-            }
-        }
+            },
+        );
+        batch
+    }
+
+    /// Sends a batch, split by replica, and hands each connection its answer.
+    async fn send(&self, batch: Vec<Queued>) {
+        let shares = self.replicas.split(batch, Queued::conversation);
+        futures::future::join_all(
+            shares
+                .into_iter()
+                .map(|(replica, share)| self.carry(replica, share)),
+        )
+        .await;
     }
 
     /// Sends one batch to a replica and hands each connection its answer. When the replica
@@ -472,5 +532,34 @@ fn outcome_frame(request_id: u64, outcome: SendOutcome) -> Bytes {
             let status = Status::new(Code::from_i32(outcome.code), outcome.error);
             frames::status_with_wait(request_id, &status, outcome.retry_after_ms)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashSet, VecDeque};
+
+    use super::take_ready;
+
+    /// (sender, the sender's own count)
+    fn queue(items: &[(i64, u32)]) -> VecDeque<(i64, u32)> {
+        items.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_busy_senders_sends_stay_queued_in_order_while_others_go() {
+        let mut pending = queue(&[(1, 1), (2, 1), (1, 2), (3, 1), (2, 2)]);
+        let busy = HashSet::from([1]);
+        let batch = take_ready(&mut pending, &busy, 10, |q| q.0);
+        assert_eq!(batch, vec![(2, 1), (3, 1), (2, 2)]);
+        assert_eq!(pending, queue(&[(1, 1), (1, 2)]));
+    }
+
+    #[test]
+    fn a_full_batch_leaves_the_rest_queued_in_order() {
+        let mut pending = queue(&[(1, 1), (2, 1), (1, 2), (3, 1)]);
+        let batch = take_ready(&mut pending, &HashSet::new(), 2, |q| q.0);
+        assert_eq!(batch, vec![(1, 1), (2, 1)]);
+        assert_eq!(pending, queue(&[(1, 2), (3, 1)]));
     }
 }

@@ -163,7 +163,10 @@ async fn a_flood_past_capacity_gets_acks_and_refusals_and_every_ack_arrives_once
         let env = TestCluster::start_with(stores, |spec| {
             spec.message.rate_limits.user_per_sec = 0;
             spec.gateway.frames_per_sec = 0;
-            spec.gateway.send_lanes = 1;
+            // Small batches, several out at once: a sender's sends must keep their order
+            // across concurrent batches too.
+            spec.gateway.send_batches_in_flight = 4;
+            spec.gateway.send_batch_max = 8;
             spec.gateway.send_backlog = 16;
             spec.gateway.sends_in_flight = 40;
             spec.gateway.send_hold_ms = 100;
