@@ -93,7 +93,6 @@ pub fn sql_backends() -> Vec<Backend> {
 #[cfg(feature = "sql")]
 pub async fn fresh_sql(backend: Backend) -> anyhow::Result<crate::config::SqlConfig> {
     use crate::config::SqlConfig;
-    use sea_orm::{ConnectionTrait, Database};
     let name = format!("t{}", rand::rng().random_range(0..u64::MAX / 2));
     let url = match backend {
         Backend::Sqlite => {
@@ -102,22 +101,14 @@ pub async fn fresh_sql(backend: Backend) -> anyhow::Result<crate::config::SqlCon
             format!("sqlite://{}/{name}.db?mode=rwc", dir.display())
         }
         Backend::Postgres => {
-            let server = std::env::var("IMESH_TEST_POSTGRES_URL")?;
-            let admin = Database::connect(&server).await?;
-            admin
-                .execute_unprepared(&format!("CREATE SCHEMA {name}"))
-                .await?;
-            admin.close().await?;
+            let server =
+                create_on("IMESH_TEST_POSTGRES_URL", &format!("CREATE SCHEMA {name}")).await?;
             let joiner = if server.contains('?') { '&' } else { '?' };
             format!("{server}{joiner}options[search_path]={name}")
         }
         Backend::MySql => {
-            let server = std::env::var("IMESH_TEST_MYSQL_URL")?;
-            let admin = Database::connect(&server).await?;
-            admin
-                .execute_unprepared(&format!("CREATE DATABASE {name}"))
-                .await?;
-            admin.close().await?;
+            let server =
+                create_on("IMESH_TEST_MYSQL_URL", &format!("CREATE DATABASE {name}")).await?;
             let base = server
                 .rsplit_once('/')
                 .map_or(server.as_str(), |(base, _)| base);
@@ -129,6 +120,17 @@ pub async fn fresh_sql(backend: Backend) -> anyhow::Result<crate::config::SqlCon
         max_connections: 8,
         ..SqlConfig::default()
     })
+}
+
+/// Runs `create` on the test server `var` names; returns the server's URL.
+#[cfg(feature = "sql")]
+async fn create_on(var: &str, create: &str) -> anyhow::Result<String> {
+    use sea_orm::{ConnectionTrait, Database};
+    let server = std::env::var(var)?;
+    let admin = Database::connect(&server).await?;
+    admin.execute_unprepared(create).await?;
+    admin.close().await?;
+    Ok(server)
 }
 
 /// The test Redis, when one is configured.
