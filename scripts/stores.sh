@@ -17,11 +17,13 @@ stores_install() {
   command -v redis-server >/dev/null || missing+=(redis-server)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
   command -v mariadbd >/dev/null || missing+=(mariadb-server)
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
+  if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
+}
+
+apt_install() { # apt_install PACKAGE...: from Debian's packages, quietly
+  echo "installing $*"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
@@ -107,11 +109,7 @@ s3_start() {
 # The browser demo's tools: Debian's Chromium, and the page's npm packages (TypeScript,
 # playwright-core) in web/node_modules. Checks that web/dist is the build of web/src.
 web_install() {
-  if ! command -v chromium >/dev/null; then
-    echo "installing chromium"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
-  fi
+  command -v chromium >/dev/null || apt_install chromium
   (
     cd web
     npm ci --no-audit --no-fund --silent

@@ -80,8 +80,9 @@ pub(super) fn references<'a>(
                 .objects()
                 .into_iter()
                 .map(move |(_, key)| [conversation_id.into(), seq.into(), key.into()])
-        });
-    let first = rows.next()?;
+        })
+        .peekable();
+    rows.peek()?;
     let mut insert = Query::insert()
         .into_table(MessageObjects::Table)
         .columns([
@@ -90,7 +91,7 @@ pub(super) fn references<'a>(
             MessageObjects::ObjectKey,
         ])
         .to_owned();
-    for row in std::iter::once(first).chain(rows) {
+    for row in rows {
         insert.values_panic(row);
     }
     Some(backend.build(&insert))
