@@ -57,27 +57,26 @@ pub async fn serve<R, W>(
     let (tx, rx) = flume::bounded(gateway.config.send_queue);
     let close = CancellationToken::new();
     let window = Window::new(gateway.config.unacked_window, gateway.config.ack_timeout());
-    let writer = tokio::spawn(crate::transport::writer::write_frames(
-        writer,
-        rx,
-        window,
-        close.clone(),
-    ));
-    let authenticated = authenticated(&mut reader, &gateway, &tx).await;
-    drop(unauthenticated);
-    if let Some((request_id, user, auth)) = authenticated {
-        // The token is not needed past the check: the connection keeps only the device.
-        let pb::Auth {
-            token,
-            device_id,
-            platform,
-        } = auth;
-        drop(token);
-        let device = (device_id, platform);
-        run(reader, &gateway, &tx, &close, request_id, user, device).await;
-    }
-    close.cancel();
-    let _ = writer.await;
+    // The writer shares the connection's task: a second task per connection would cost
+    // its header and allocation for every idle client.
+    let writing = crate::transport::writer::write_frames(writer, rx, window, close.clone());
+    let reading = async {
+        let authenticated = authenticated(&mut reader, &gateway, &tx).await;
+        drop(unauthenticated);
+        if let Some((request_id, user, auth)) = authenticated {
+            // The token is not needed past the check: the connection keeps only the device.
+            let pb::Auth {
+                token,
+                device_id,
+                platform,
+            } = auth;
+            drop(token);
+            let device = (device_id, platform);
+            run(reader, &gateway, &tx, &close, request_id, user, device).await;
+        }
+        close.cancel();
+    };
+    futures::future::join(writing, reading).await;
 }
 
 /// The auth frame, verified; `None` after telling the client why not.

@@ -1,5 +1,6 @@
-//! A connection's writer task: queued frames written in batches (one flush per burst), pushes
-//! kept in the unacked [`Window`] and resent or given up, and the close.
+//! A connection's writer, run beside its reader in the connection's task: queued frames
+//! written in batches (one flush per burst), pushes kept in the unacked [`Window`] and resent
+//! or given up, and the close.
 
 use std::time::Duration;
 
