@@ -16,6 +16,11 @@ pub fn member_ids(group_id: i64) -> String {
     format!("im:g:{{{group_id}}}:ids")
 }
 
+/// Counter: the cached entries' generation, advanced by each invalidation (fills carry it).
+pub fn generation(group_id: i64) -> String {
+    format!("im:g:{{{group_id}}}:gen")
+}
+
 /// Sorted set: user → last activity (ms), the most recent few only. Not dropped by
 /// invalidation: activity is not derived from the database.
 pub fn active(group_id: i64) -> String {

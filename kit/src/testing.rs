@@ -8,6 +8,18 @@ use rand::Rng;
 
 use crate::config::{RedisConfig, Secret};
 
+/// Sends the services' warnings and errors (or what `RUST_LOG` asks for) to the test's
+/// captured output, so a failing test shows what the services complained of.
+pub fn log_to_test_output() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _already_set = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .with_ansi(false)
+        .try_init();
+}
+
 /// Polls `done` until it holds, failing with `what` after 10 s.
 pub async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);

@@ -80,6 +80,7 @@ impl TestCluster {
 
     /// Starts a cluster on `stores` with `adjust` applied to its spec first.
     pub async fn start_with(stores: Stores, adjust: impl FnOnce(&mut ClusterSpec)) -> Self {
+        testing::log_to_test_output();
         let auth = AuthConfig {
             internal_secret: Secret::new(INTERNAL_SECRET),
             jwt_secret: Secret::new(JWT_SECRET),

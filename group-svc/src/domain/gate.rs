@@ -2,11 +2,16 @@
 //! ([`super::rules::check_send`]) over three tiers: a short per-process cache (1–3 s, seed
 //! 000) → the shared [`GroupCache`] (Redis, or in-process) → the database. Every change of a
 //! group forgets its entries in all three (other replicas' local entries through the
-//! cache's invalidation broadcast, or by expiry).
+//! cache's invalidation broadcast, or by expiry), and a fill that read the database before
+//! a change stores nothing after it (the shared tier's generations; locally, a count of
+//! forgets).
 
 use std::{
     collections::HashMap,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -41,6 +46,8 @@ pub struct Gate {
     ttl: Duration,
     max_groups: usize,
     local: Mutex<HashMap<i64, Entry>>,
+    /// Local forgets so far: a load remembers what it read only if none came meanwhile.
+    forgets: AtomicU64,
     lookups: Family<Lookup, Counter>,
 }
 
@@ -64,6 +71,7 @@ impl Gate {
             ttl,
             max_groups,
             local: Mutex::new(HashMap::new()),
+            forgets: AtomicU64::new(0),
             lookups: Family::default(),
         }
     }
@@ -118,8 +126,11 @@ impl Gate {
             Ok(None) => self.looked_up("member_ids", false),
             Err(e) => tracing::warn!(error = %e, "group cache unavailable; reading the database"),
         }
+        let generation = self.shared.generation(group_id).await;
         let ids = self.store.member_ids(group_id).await?;
-        if let Err(e) = self.shared.put_member_ids(group_id, &ids).await {
+        if let Ok(generation) = generation
+            && let Err(e) = self.shared.put_member_ids(group_id, generation, &ids).await
+        {
             tracing::warn!(error = %e, "filling the group cache failed");
         }
         Ok(ids)
@@ -140,7 +151,9 @@ impl Gate {
 
     /// Forgets this process's entries of a group (a change elsewhere was broadcast).
     pub fn forget_local(&self, group_id: i64) {
-        self.local.lock().remove(&group_id);
+        let mut local = self.local.lock();
+        self.forgets.fetch_add(1, Ordering::AcqRel);
+        local.remove(&group_id);
     }
 
     fn cached(&self, group_id: i64, user: i64) -> Option<(GateGroup, Option<GateMember>)> {
@@ -154,22 +167,30 @@ impl Gate {
         group_id: i64,
         user: i64,
     ) -> Result<(GateGroup, Option<GateMember>), Error> {
+        let forgets = self.forgets.load(Ordering::Acquire);
         let shared_group = self.shared.group(group_id).await.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "group cache unavailable; reading the database");
             None
         });
         self.looked_up("shared_group", shared_group.is_some());
+        let shared_member = self.shared.member(group_id, user).await.ok().flatten();
+        self.looked_up("shared_member", shared_member.is_some());
+        // Fills of the shared tier carry the generation read before the database.
+        let generation = match (shared_group, shared_member) {
+            (Some(_), Some(_)) => None,
+            _ => self.shared.generation(group_id).await.ok(),
+        };
         let group = match shared_group {
             Some(group) => group,
             None => {
                 let group = self.store.group(group_id).await?.ok_or(Error::NotFound)?;
                 let gate = GateGroup::from(&group);
-                let _ = self.shared.put_group(group_id, gate).await;
+                if let Some(generation) = generation {
+                    let _ = self.shared.put_group(group_id, generation, gate).await;
+                }
                 gate
             }
         };
-        let shared_member = self.shared.member(group_id, user).await.ok().flatten();
-        self.looked_up("shared_member", shared_member.is_some());
         let member = match shared_member {
             Some(member) => member,
             None => {
@@ -179,16 +200,32 @@ impl Gate {
                     .await?
                     .pop()
                     .map(|m| GateMember::from(&m));
-                let _ = self.shared.put_member(group_id, user, row).await;
+                if let Some(generation) = generation {
+                    let _ = self
+                        .shared
+                        .put_member(group_id, generation, user, row)
+                        .await;
+                }
                 row
             }
         };
-        self.remember(group_id, group, user, member);
+        self.remember(forgets, group_id, group, user, member);
         Ok((group, member))
     }
 
-    fn remember(&self, group_id: i64, group: GateGroup, user: i64, member: Option<GateMember>) {
+    /// Keeps what a load read, unless a forget came since `forgets` were counted.
+    fn remember(
+        &self,
+        forgets: u64,
+        group_id: i64,
+        group: GateGroup,
+        user: i64,
+        member: Option<GateMember>,
+    ) {
         let mut local = self.local.lock();
+        if self.forgets.load(Ordering::Acquire) != forgets {
+            return;
+        }
         if local.len() >= self.max_groups && !local.contains_key(&group_id) {
             local.clear();
         }

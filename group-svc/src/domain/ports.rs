@@ -102,30 +102,52 @@ pub trait GroupStore: Send + Sync + 'static {
 /// How many recently active members a group keeps.
 pub const ACTIVE_KEPT: usize = 200;
 
+/// The shared tier of the send gate's cache. A fill races the changes it may miss: a
+/// filler reads the group's [`GroupCache::generation`] BEFORE it reads the database, and
+/// each `put_*` stores only while the generation is still that one. [`GroupCache::invalidate`]
+/// advances it, so a fill that read the database before a change (and would put it after
+/// the change's invalidation) stores nothing.
 #[async_trait]
 pub trait GroupCache: Send + Sync + 'static {
+    /// The group's generation: the token a fill's puts carry.
+    async fn generation(&self, group_id: i64) -> Result<u64, StoreError>;
     async fn group(&self, group_id: i64) -> Result<Option<GateGroup>, StoreError>;
-    async fn put_group(&self, group_id: i64, group: GateGroup) -> Result<(), StoreError>;
+    /// Stores `group` unless the group was invalidated since `generation`; `false` then.
+    async fn put_group(
+        &self,
+        group_id: i64,
+        generation: u64,
+        group: GateGroup,
+    ) -> Result<bool, StoreError>;
     /// `Some(None)`: cached as never having been a member.
     async fn member(
         &self,
         group_id: i64,
         user: i64,
     ) -> Result<Option<Option<GateMember>>, StoreError>;
+    /// Stores `member` unless the group was invalidated since `generation`; `false` then.
     async fn put_member(
         &self,
         group_id: i64,
+        generation: u64,
         user: i64,
         member: Option<GateMember>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<bool, StoreError>;
     async fn member_ids(&self, group_id: i64) -> Result<Option<Vec<i64>>, StoreError>;
-    async fn put_member_ids(&self, group_id: i64, ids: &[i64]) -> Result<(), StoreError>;
+    /// Stores `ids` unless the group was invalidated since `generation`; `false` then.
+    async fn put_member_ids(
+        &self,
+        group_id: i64,
+        generation: u64,
+        ids: &[i64],
+    ) -> Result<bool, StoreError>;
     /// Records that `user` was active in the group at `at_ms`, keeping the most recent
     /// [`ACTIVE_KEPT`] (seed 001's hot members of large groups).
     async fn touch(&self, group_id: i64, user: i64, at_ms: i64) -> Result<(), StoreError>;
     /// The most recently active members, most recent first, at most `limit`.
     async fn active(&self, group_id: i64, limit: u32) -> Result<Vec<i64>, StoreError>;
-    /// MUST drop every entry of the group; called after each change to it.
+    /// MUST drop every entry of the group and advance its generation; called after each
+    /// change to it.
     async fn invalidate(&self, group_id: i64) -> Result<(), StoreError>;
 }
 

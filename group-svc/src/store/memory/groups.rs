@@ -1,4 +1,5 @@
-//! The in-process [`GroupCache`] of the embedded default, with a TTL.
+//! The in-process [`GroupCache`] of the embedded default, with a TTL. An invalidated
+//! group keeps an empty entry that holds its generation.
 
 use std::{
     collections::HashMap,
@@ -16,6 +17,7 @@ struct Entry {
     group: Option<(Instant, GateGroup)>,
     members: HashMap<i64, (Instant, Option<GateMember>)>,
     ids: Option<(Instant, Vec<i64>)>,
+    generation: u64,
 }
 
 /// Recent activity per group, most recent last.
@@ -36,6 +38,17 @@ impl MemoryGroupCache {
         }
     }
 
+    /// Runs `put` on the group's entry while it is still at `generation`.
+    fn put_at(&self, group_id: i64, generation: u64, put: impl FnOnce(&mut Entry)) -> bool {
+        let mut groups = self.groups.lock();
+        let entry = groups.entry(group_id).or_default();
+        let current = entry.generation == generation;
+        if current {
+            put(entry);
+        }
+        current
+    }
+
     fn fresh<T: Clone>(&self, entry: Option<&(Instant, T)>) -> Option<T> {
         entry
             .filter(|(at, _)| at.elapsed() < self.ttl)
@@ -45,6 +58,14 @@ impl MemoryGroupCache {
 
 #[async_trait]
 impl GroupCache for MemoryGroupCache {
+    async fn generation(&self, group_id: i64) -> Result<u64, StoreError> {
+        Ok(self
+            .groups
+            .lock()
+            .get(&group_id)
+            .map_or(0, |e| e.generation))
+    }
+
     async fn group(&self, group_id: i64) -> Result<Option<GateGroup>, StoreError> {
         Ok(self
             .groups
@@ -53,9 +74,15 @@ impl GroupCache for MemoryGroupCache {
             .and_then(|e| self.fresh(e.group.as_ref())))
     }
 
-    async fn put_group(&self, group_id: i64, group: GateGroup) -> Result<(), StoreError> {
-        self.groups.lock().entry(group_id).or_default().group = Some((Instant::now(), group));
-        Ok(())
+    async fn put_group(
+        &self,
+        group_id: i64,
+        generation: u64,
+        group: GateGroup,
+    ) -> Result<bool, StoreError> {
+        Ok(self.put_at(group_id, generation, |e| {
+            e.group = Some((Instant::now(), group));
+        }))
     }
 
     async fn member(
@@ -73,16 +100,13 @@ impl GroupCache for MemoryGroupCache {
     async fn put_member(
         &self,
         group_id: i64,
+        generation: u64,
         user: i64,
         member: Option<GateMember>,
-    ) -> Result<(), StoreError> {
-        self.groups
-            .lock()
-            .entry(group_id)
-            .or_default()
-            .members
-            .insert(user, (Instant::now(), member));
-        Ok(())
+    ) -> Result<bool, StoreError> {
+        Ok(self.put_at(group_id, generation, |e| {
+            e.members.insert(user, (Instant::now(), member));
+        }))
     }
 
     async fn member_ids(&self, group_id: i64) -> Result<Option<Vec<i64>>, StoreError> {
@@ -93,9 +117,15 @@ impl GroupCache for MemoryGroupCache {
             .and_then(|e| self.fresh(e.ids.as_ref())))
     }
 
-    async fn put_member_ids(&self, group_id: i64, ids: &[i64]) -> Result<(), StoreError> {
-        self.groups.lock().entry(group_id).or_default().ids = Some((Instant::now(), ids.to_vec()));
-        Ok(())
+    async fn put_member_ids(
+        &self,
+        group_id: i64,
+        generation: u64,
+        ids: &[i64],
+    ) -> Result<bool, StoreError> {
+        Ok(self.put_at(group_id, generation, |e| {
+            e.ids = Some((Instant::now(), ids.to_vec()));
+        }))
     }
 
     async fn touch(&self, group_id: i64, user: i64, at_ms: i64) -> Result<(), StoreError> {
@@ -121,7 +151,12 @@ impl GroupCache for MemoryGroupCache {
     }
 
     async fn invalidate(&self, group_id: i64) -> Result<(), StoreError> {
-        self.groups.lock().remove(&group_id);
+        let mut groups = self.groups.lock();
+        let entry = groups.entry(group_id).or_default();
+        *entry = Entry {
+            generation: entry.generation + 1,
+            ..Entry::default()
+        };
         Ok(())
     }
 }

@@ -1,11 +1,13 @@
 //! The Redis [`GroupCache`]: per group an info string, a member hash and a member-id set,
-//! all under the group's hash tag, each with a TTL. Invalidation deletes the three keys and
+//! all under the group's hash tag, each with a TTL, and the generation counter that
+//! guards their fills. Each put is a script that writes only while the generation is the
+//! one the filler read. Invalidation advances the generation, deletes the three keys and
 //! publishes the group id so every replica drops its local entries ([`listen`]).
 
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use fred::{prelude::*, types::ExpireOptions};
+use fred::prelude::*;
 use imesh_kit::error::StoreError;
 
 use crate::{
@@ -14,6 +16,40 @@ use crate::{
     },
     keys,
 };
+
+/// KEYS: generation, info. ARGV: generation, info, TTL (ms).
+const PUT_INFO: &str = r"
+if (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1";
+
+/// KEYS: generation, member hash. ARGV: generation, user, member, TTL (ms).
+const PUT_MEMBER: &str = r"
+if (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+if redis.call('PTTL', KEYS[2]) < 0 then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
+return 1";
+
+/// KEYS: generation, id set. ARGV: generation, TTL (ms), then the ids.
+const PUT_IDS: &str = r"
+if (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[2])
+for i = 3, #ARGV, 1000 do
+  redis.call('SADD', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1";
+
+/// KEYS: generation, info, member hash, id set. ARGV: the generation's TTL (ms).
+const INVALIDATE: &str = r"
+redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+return 1";
+
+/// A generation outlives any fill by far: one that expired mid-fill would read as 0 again
+/// and let a fill that began at 0 through.
+const GENERATION_TTL: Duration = Duration::from_secs(600);
 
 #[derive(Clone)]
 pub struct RedisGroupCache {
@@ -26,19 +62,42 @@ impl RedisGroupCache {
         Self { pool, ttl }
     }
 
-    fn expiry(&self) -> Option<Expiration> {
-        Some(Expiration::PX(self.ttl.as_millis() as i64))
+    fn ttl_ms(&self) -> String {
+        self.ttl.as_millis().to_string()
+    }
+
+    /// Runs a put script on `[generation, key]`; whether it stored.
+    async fn put(
+        &self,
+        script: &str,
+        group_id: i64,
+        key: String,
+        args: Vec<String>,
+    ) -> Result<bool, StoreError> {
+        let keys = vec![keys::generation(group_id), key];
+        let stored: i64 = self.pool.eval(script, keys, args).await?;
+        Ok(stored == 1)
     }
 }
 
 #[async_trait]
 impl GroupCache for RedisGroupCache {
+    async fn generation(&self, group_id: i64) -> Result<u64, StoreError> {
+        let generation: Option<u64> = self.pool.get(keys::generation(group_id)).await?;
+        Ok(generation.unwrap_or(0))
+    }
+
     async fn group(&self, group_id: i64) -> Result<Option<GateGroup>, StoreError> {
         let raw: Option<String> = self.pool.get(keys::info(group_id)).await?;
         Ok(raw.as_deref().and_then(decode_group))
     }
 
-    async fn put_group(&self, group_id: i64, g: GateGroup) -> Result<(), StoreError> {
+    async fn put_group(
+        &self,
+        group_id: i64,
+        generation: u64,
+        g: GateGroup,
+    ) -> Result<bool, StoreError> {
         let code = format!(
             "{}|{}|{}|{}|{}|{}",
             g.kind as u8,
@@ -48,11 +107,9 @@ impl GroupCache for RedisGroupCache {
             g.member_count,
             g.next_map_id
         );
-        let _: () = self
-            .pool
-            .set(keys::info(group_id), code, self.expiry(), None, false)
-            .await?;
-        Ok(())
+        let args = vec![generation.to_string(), code, self.ttl_ms()];
+        self.put(PUT_INFO, group_id, keys::info(group_id), args)
+            .await
     }
 
     async fn member(
@@ -67,9 +124,10 @@ impl GroupCache for RedisGroupCache {
     async fn put_member(
         &self,
         group_id: i64,
+        generation: u64,
         user: i64,
         member: Option<GateMember>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let code = member.map_or("-".to_owned(), |m| {
             format!(
                 "{}|{}|{}|{}|{}|{}",
@@ -81,15 +139,14 @@ impl GroupCache for RedisGroupCache {
                 m.extra_permissions
             )
         });
-        let key = keys::members(group_id);
-        let client = self.pool.next();
-        let (set, expire) = tokio::join!(
-            client.hset::<i64, _, _>(&key, (user.to_string(), code)),
-            client.pexpire::<i64, _>(&key, self.ttl.as_millis() as i64, Some(ExpireOptions::NX)),
-        );
-        set?;
-        expire?;
-        Ok(())
+        let args = vec![
+            generation.to_string(),
+            user.to_string(),
+            code,
+            self.ttl_ms(),
+        ];
+        self.put(PUT_MEMBER, group_id, keys::members(group_id), args)
+            .await
     }
 
     async fn member_ids(&self, group_id: i64) -> Result<Option<Vec<i64>>, StoreError> {
@@ -98,19 +155,16 @@ impl GroupCache for RedisGroupCache {
         Ok((!ids.is_empty()).then(|| ids.into_iter().filter(|id| *id != 0).collect()))
     }
 
-    async fn put_member_ids(&self, group_id: i64, ids: &[i64]) -> Result<(), StoreError> {
-        let key = keys::member_ids(group_id);
-        let mut members: Vec<i64> = ids.to_vec();
-        members.push(0);
-        let client = self.pool.next();
-        let (_, added, expire) = tokio::join!(
-            client.del::<i64, _>(&key),
-            client.sadd::<i64, _, _>(&key, members),
-            client.pexpire::<i64, _>(&key, self.ttl.as_millis() as i64, None),
-        );
-        added?;
-        expire?;
-        Ok(())
+    async fn put_member_ids(
+        &self,
+        group_id: i64,
+        generation: u64,
+        ids: &[i64],
+    ) -> Result<bool, StoreError> {
+        let mut args = vec![generation.to_string(), self.ttl_ms(), "0".to_owned()];
+        args.extend(ids.iter().map(i64::to_string));
+        self.put(PUT_IDS, group_id, keys::member_ids(group_id), args)
+            .await
     }
 
     async fn touch(&self, group_id: i64, user: i64, at_ms: i64) -> Result<(), StoreError> {
@@ -141,11 +195,13 @@ impl GroupCache for RedisGroupCache {
     async fn invalidate(&self, group_id: i64) -> Result<(), StoreError> {
         let client = self.pool.next();
         let keys = vec![
+            keys::generation(group_id),
             keys::info(group_id),
             keys::members(group_id),
             keys::member_ids(group_id),
         ];
-        let _: i64 = client.del(keys).await?;
+        let ttl = GENERATION_TTL.max(self.ttl).as_millis().to_string();
+        let _: i64 = client.eval(INVALIDATE, keys, ttl).await?;
         let _: i64 = client.publish(keys::INVALIDATIONS, group_id).await?;
         Ok(())
     }

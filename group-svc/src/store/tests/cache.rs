@@ -51,10 +51,11 @@ async fn entries_read_back_until_the_group_is_invalidated() {
         assert_eq!(cache.group(g).await.unwrap(), None, "{name}");
         assert_eq!(cache.member(g, 1).await.unwrap(), None, "{name}");
         assert_eq!(cache.member_ids(g).await.unwrap(), None, "{name}");
-        cache.put_group(g, GROUP).await.unwrap();
-        cache.put_member(g, 1, Some(MEMBER)).await.unwrap();
-        cache.put_member(g, 2, None).await.unwrap();
-        cache.put_member_ids(g, &[]).await.unwrap();
+        let at = cache.generation(g).await.unwrap();
+        assert!(cache.put_group(g, at, GROUP).await.unwrap(), "{name}");
+        assert!(cache.put_member(g, at, 1, Some(MEMBER)).await.unwrap());
+        assert!(cache.put_member(g, at, 2, None).await.unwrap());
+        assert!(cache.put_member_ids(g, at, &[]).await.unwrap());
         assert_eq!(cache.group(g).await.unwrap(), Some(GROUP), "{name}");
         assert_eq!(
             cache.member(g, 1).await.unwrap(),
@@ -71,7 +72,7 @@ async fn entries_read_back_until_the_group_is_invalidated() {
             Some(vec![]),
             "{name}: an empty list is a hit"
         );
-        cache.put_member_ids(g, &[3, 1, 2]).await.unwrap();
+        assert!(cache.put_member_ids(g, at, &[3, 1, 2]).await.unwrap());
         let mut ids = cache.member_ids(g).await.unwrap().unwrap();
         ids.sort();
         assert_eq!(ids, vec![1, 2, 3], "{name}");
@@ -85,6 +86,36 @@ async fn entries_read_back_until_the_group_is_invalidated() {
             "{name}"
         );
         assert_eq!(cache.member_ids(g).await.unwrap(), None, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_fill_read_before_an_invalidation_stores_nothing() {
+    for (name, cache) in caches().await {
+        let g = testing::random_id();
+        // A filler reads the generation, then the database; a change commits and
+        // invalidates the group before the filler puts what it read.
+        let before = cache.generation(g).await.unwrap();
+        cache.invalidate(g).await.unwrap();
+        assert!(!cache.put_group(g, before, GROUP).await.unwrap(), "{name}");
+        assert!(
+            !cache.put_member(g, before, 1, None).await.unwrap(),
+            "{name}"
+        );
+        assert!(
+            !cache.put_member_ids(g, before, &[1]).await.unwrap(),
+            "{name}"
+        );
+        assert_eq!(cache.group(g).await.unwrap(), None, "{name}");
+        assert_eq!(cache.member(g, 1).await.unwrap(), None, "{name}");
+        assert_eq!(cache.member_ids(g).await.unwrap(), None, "{name}");
+        // A fill that began after the invalidation stores.
+        let after = cache.generation(g).await.unwrap();
+        assert_ne!(after, before, "{name}");
+        assert!(cache.put_member_ids(g, after, &[1, 2]).await.unwrap());
+        let mut ids = cache.member_ids(g).await.unwrap().unwrap();
+        ids.sort();
+        assert_eq!(ids, vec![1, 2], "{name}");
     }
 }
 
