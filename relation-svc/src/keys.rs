@@ -7,4 +7,10 @@ pub fn friends(owner: i64) -> String {
     format!("im:friend:{{{owner}}}")
 }
 
+/// Counter: the generation of `owner`'s hash, advanced by each invalidation (fills carry
+/// it). Shares the hash's slot.
+pub fn friends_generation(owner: i64) -> String {
+    format!("im:friend:{{{owner}}}:gen")
+}
+
 pub const ACCOUNT_FIELD: &str = "_";

@@ -126,6 +126,7 @@ impl Checker {
     }
 
     async fn lookup(&self, pairs: &[(i64, i64)]) -> Result<Vec<Cached>, Error> {
+        let forgets = self.local.forgets();
         let mut out: Vec<Option<Cached>> =
             pairs.iter().map(|&(o, p)| self.local.get(o, p)).collect();
         let missing: Vec<usize> = (0..pairs.len()).filter(|&i| out[i].is_none()).collect();
@@ -144,7 +145,7 @@ impl Checker {
         for (&i, hit) in missing.iter().zip(shared) {
             match hit {
                 Some(cached) => {
-                    self.local.put(pairs[i].0, pairs[i].1, cached);
+                    self.local.put(forgets, pairs[i].0, pairs[i].1, cached);
                     out[i] = Some(cached);
                 }
                 None => unloaded.push(pairs[i].0),
@@ -162,7 +163,7 @@ impl Checker {
                         account: k.account,
                         edge: k.edges.get(&peer).copied(),
                     };
-                    self.local.put(owner, peer, cached);
+                    self.local.put(forgets, owner, peer, cached);
                     out[i] = Some(cached);
                 }
             }
@@ -172,6 +173,7 @@ impl Checker {
 
     /// Reads owners' accounts and rows from the database and fills the shared cache.
     async fn load(&self, owners: &[i64]) -> Result<HashMap<i64, Known>, Error> {
+        let generations = self.shared.generations(owners).await;
         let users = self.users.by_ids(owners).await?;
         let mut known: HashMap<i64, Known> = owners
             .iter()
@@ -203,8 +205,18 @@ impl Checker {
                 k.edges.insert(row.peer, edge);
             }
         }
-        let entries: Vec<(i64, Known)> = known.iter().map(|(&o, k)| (o, k.clone())).collect();
-        if let Err(e) = self.shared.put(&entries).await {
+        let filled = match generations {
+            Ok(generations) => {
+                let entries: Vec<(i64, u64, Known)> = owners
+                    .iter()
+                    .zip(generations)
+                    .map(|(o, generation)| (*o, generation, known[o].clone()))
+                    .collect();
+                self.shared.put(&entries).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = filled {
             tracing::warn!(error = %e, "filling the relation cache failed");
         }
         Ok(known)

@@ -93,15 +93,23 @@ pub trait FriendStore: Send + Sync + 'static {
     async fn change_pair(&self, a: i64, b: i64, plan: Plan<'_>) -> Result<PairState, Error>;
 }
 
-/// The shared cache of owners' relation rows.
+/// The shared cache of owners' relation rows. A fill races the writes it may miss: the
+/// filler reads the owners' [`EdgeCache::generations`] BEFORE it reads the database, and
+/// [`EdgeCache::put`] stores an owner's rows only while the owner's generation is still the
+/// one read. [`EdgeCache::invalidate`] advances it, so rows read before a write are never
+/// stored after the write's invalidation.
 #[async_trait]
 pub trait EdgeCache: Send + Sync + 'static {
     /// For each `(owner, peer)`: `None` when the owner's rows are not cached (the caller
     /// loads them), otherwise the owner's account and their row about the peer.
     async fn get(&self, pairs: &[(i64, i64)]) -> Result<Vec<Option<Cached>>, StoreError>;
-    /// Caches each owner's complete row set, replacing what was there, with the cache's TTL.
-    async fn put(&self, owners: &[(i64, Known)]) -> Result<(), StoreError>;
-    /// MUST drop the owners' entries; called after every write to their rows or account.
+    /// Each owner's generation, in the order asked.
+    async fn generations(&self, owners: &[i64]) -> Result<Vec<u64>, StoreError>;
+    /// Caches each `(owner, generation, rows)`: the owner's complete row set, replacing what
+    /// was there, with the cache's TTL, unless the owner was invalidated since `generation`.
+    async fn put(&self, owners: &[(i64, u64, Known)]) -> Result<(), StoreError>;
+    /// MUST drop the owners' entries and advance their generations; called after every
+    /// write to their rows or account.
     async fn invalidate(&self, owners: &[i64]) -> Result<(), StoreError>;
 }
 

@@ -1,4 +1,5 @@
-//! The in-process [`EdgeCache`] of the embedded default: owners' row sets with a TTL.
+//! The in-process [`EdgeCache`] of the embedded default: owners' row sets with a TTL. An
+//! invalidated owner keeps an empty slot holding their generation for a TTL.
 
 use std::{
     collections::HashMap,
@@ -14,7 +15,24 @@ use crate::domain::check::{Cached, Known};
 
 pub struct MemoryEdgeCache {
     ttl: Duration,
-    owners: Mutex<HashMap<i64, (Instant, Known)>>,
+    owners: Mutex<HashMap<i64, Slot>>,
+}
+
+/// An owner's rows as last filled (if not invalidated since), and their generation.
+struct Slot {
+    at: Instant,
+    generation: u64,
+    known: Option<Known>,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self {
+            at: Instant::now(),
+            generation: 0,
+            known: None,
+        }
+    }
 }
 
 impl MemoryEdgeCache {
@@ -33,8 +51,9 @@ impl EdgeCache for MemoryEdgeCache {
         Ok(pairs
             .iter()
             .map(|(owner, peer)| {
-                let (at, known) = owners.get(owner)?;
-                (at.elapsed() < self.ttl).then(|| Cached {
+                let slot = owners.get(owner)?;
+                let known = slot.known.as_ref()?;
+                (slot.at.elapsed() < self.ttl).then(|| Cached {
                     account: known.account,
                     edge: known.edges.get(peer).copied(),
                 })
@@ -42,12 +61,23 @@ impl EdgeCache for MemoryEdgeCache {
             .collect())
     }
 
-    async fn put(&self, entries: &[(i64, Known)]) -> Result<(), StoreError> {
+    async fn generations(&self, asked: &[i64]) -> Result<Vec<u64>, StoreError> {
+        let owners = self.owners.lock();
+        Ok(asked
+            .iter()
+            .map(|owner| owners.get(owner).map_or(0, |slot| slot.generation))
+            .collect())
+    }
+
+    async fn put(&self, entries: &[(i64, u64, Known)]) -> Result<(), StoreError> {
         let mut owners = self.owners.lock();
-        owners.retain(|_, (at, _)| at.elapsed() < self.ttl);
-        let now = Instant::now();
-        for (owner, known) in entries {
-            owners.insert(*owner, (now, known.clone()));
+        owners.retain(|_, slot| slot.at.elapsed() < self.ttl);
+        for (owner, generation, known) in entries {
+            let slot = owners.entry(*owner).or_default();
+            if slot.generation == *generation {
+                slot.at = Instant::now();
+                slot.known = Some(known.clone());
+            }
         }
         Ok(())
     }
@@ -55,7 +85,11 @@ impl EdgeCache for MemoryEdgeCache {
     async fn invalidate(&self, owners: &[i64]) -> Result<(), StoreError> {
         let mut map = self.owners.lock();
         for owner in owners {
-            map.remove(owner);
+            let slot = map.entry(*owner).or_default();
+            *slot = Slot {
+                generation: slot.generation + 1,
+                ..Slot::default()
+            };
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! The Redis [`EdgeCache`]: one hash per owner (seed 001: `im:friend:{user}` → peer →
 //! `status|blocked`). Lookups of many pairs go out as one pipelined burst of HMGETs, one per owner; a
-//! row set is written by one script (DEL, HSETs, PEXPIRE), so readers see all or nothing.
+//! row set is written by one script (DEL, HSETs, PEXPIRE), so readers see all or nothing,
+//! and only while the owner's generation counter is the one its filler read.
 
 use async_trait::async_trait;
 use fred::prelude::*;
@@ -9,9 +10,24 @@ use imesh_kit::error::StoreError;
 use crate::domain::check::{Account, Cached, Edge, Known};
 use crate::{domain::EdgeCache, keys};
 
-const REPLACE_HASH: &str = "redis.call('DEL', KEYS[1]) \
-    for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end \
-    redis.call('PEXPIRE', KEYS[1], ARGV[1]) return 1";
+/// KEYS: hash, generation. ARGV: TTL (ms), generation, then `field, value` pairs.
+const REPLACE_HASH: &str = r"
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1";
+
+/// KEYS: hash, generation. ARGV: the generation's TTL (ms).
+const INVALIDATE: &str = r"
+redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[1])
+return 1";
+
+/// A generation outlives any fill by far: one that expired mid-fill would read as 0 again
+/// and let a fill that began at 0 through.
+const GENERATION_TTL_MS: u64 = 600_000;
 
 #[derive(Clone)]
 pub struct RedisEdgeCache {
@@ -57,18 +73,28 @@ impl EdgeCache for RedisEdgeCache {
         Ok(out)
     }
 
-    async fn put(&self, owners: &[(i64, Known)]) -> Result<(), StoreError> {
+    async fn generations(&self, owners: &[i64]) -> Result<Vec<u64>, StoreError> {
         let client = self.pool.next();
-        let calls = owners.iter().map(|(owner, known)| {
-            let mut args = Vec::with_capacity(3 + 2 * known.edges.len());
+        let calls = owners
+            .iter()
+            .map(|owner| client.get::<Option<u64>, _>(keys::friends_generation(*owner)));
+        let found = futures::future::try_join_all(calls).await?;
+        Ok(found.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    async fn put(&self, owners: &[(i64, u64, Known)]) -> Result<(), StoreError> {
+        let client = self.pool.next();
+        let calls = owners.iter().map(|(owner, generation, known)| {
+            let mut args = Vec::with_capacity(4 + 2 * known.edges.len());
             args.push(self.ttl_ms.to_string());
+            args.push(generation.to_string());
             args.push(keys::ACCOUNT_FIELD.to_owned());
             args.push(account_code(known.account).to_owned());
             for (peer, edge) in &known.edges {
                 args.push(peer.to_string());
                 args.push(edge_code(*edge));
             }
-            client.eval::<i64, _, _, _>(REPLACE_HASH, keys::friends(*owner), args)
+            client.eval::<i64, _, _, _>(REPLACE_HASH, owner_keys(*owner), args)
         });
         futures::future::try_join_all(calls).await?;
         Ok(())
@@ -76,12 +102,18 @@ impl EdgeCache for RedisEdgeCache {
 
     async fn invalidate(&self, owners: &[i64]) -> Result<(), StoreError> {
         let client = self.pool.next();
+        let ttl = GENERATION_TTL_MS.max(self.ttl_ms).to_string();
         let calls = owners
             .iter()
-            .map(|owner| client.del::<i64, _>(keys::friends(*owner)));
+            .map(|owner| client.eval::<i64, _, _, _>(INVALIDATE, owner_keys(*owner), ttl.clone()));
         futures::future::try_join_all(calls).await?;
         Ok(())
     }
+}
+
+/// An owner's hash and generation, the keys of both scripts.
+fn owner_keys(owner: i64) -> Vec<String> {
+    vec![keys::friends(owner), keys::friends_generation(owner)]
 }
 
 fn account_code(account: Account) -> &'static str {

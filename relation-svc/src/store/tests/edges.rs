@@ -48,7 +48,7 @@ async fn an_owner_is_unknown_until_put_then_answers_every_peer_until_invalidated
             account: Account::Active,
             edges: HashMap::from([(friend, FRIEND), (blocked, BLOCKED)]),
         };
-        cache.put(&[(owner, known)]).await.unwrap();
+        cache.put(&[(owner, 0, known)]).await.unwrap();
         let cached = |edge| {
             Some(Cached {
                 account: Account::Active,
@@ -77,7 +77,7 @@ async fn a_put_replaces_the_whole_row_set_and_keeps_missing_accounts() {
             account: Account::Active,
             edges: HashMap::from([(peer, FRIEND)]),
         };
-        cache.put(&[(owner, first)]).await.unwrap();
+        cache.put(&[(owner, 0, first)]).await.unwrap();
         let second = Known {
             account: Account::Disabled,
             edges: HashMap::new(),
@@ -87,7 +87,7 @@ async fn a_put_replaces_the_whole_row_set_and_keeps_missing_accounts() {
             edges: HashMap::new(),
         };
         cache
-            .put(&[(owner, second), (ghost, missing)])
+            .put(&[(owner, 0, second), (ghost, 0, missing)])
             .await
             .unwrap();
         let got = cache.get(&[(owner, peer), (ghost, owner)]).await.unwrap();
@@ -108,6 +108,35 @@ async fn a_put_replaces_the_whole_row_set_and_keeps_missing_accounts() {
     }
 }
 
+#[tokio::test]
+async fn rows_read_before_an_invalidation_are_not_stored() {
+    for (name, cache) in caches().await {
+        let (owner, other, peer) = (
+            testing::random_id(),
+            testing::random_id(),
+            testing::random_id(),
+        );
+        let known = || Known {
+            account: Account::Active,
+            edges: HashMap::from([(peer, FRIEND)]),
+        };
+        // A filler reads the generations, then the database; a write to `owner` commits
+        // and invalidates before the filler puts what it read.
+        let before = cache.generations(&[owner, other]).await.unwrap();
+        cache.invalidate(&[owner]).await.unwrap();
+        let fill = [(owner, before[0], known()), (other, before[1], known())];
+        cache.put(&fill).await.unwrap();
+        let got = cache.get(&[(owner, peer), (other, peer)]).await.unwrap();
+        assert_eq!(got[0], None, "{name}: the stale rows were not stored");
+        assert!(got[1].is_some(), "{name}: the other owner's were");
+        // A fill that began after the invalidation stores.
+        let after = cache.generations(&[owner]).await.unwrap();
+        assert_ne!(after[0], before[0], "{name}");
+        cache.put(&[(owner, after[0], known())]).await.unwrap();
+        assert!(cache.get(&[(owner, peer)]).await.unwrap()[0].is_some());
+    }
+}
+
 #[test]
 fn the_local_cache_expires_forgets_and_stays_bounded() {
     let cached = Cached {
@@ -115,19 +144,23 @@ fn the_local_cache_expires_forgets_and_stays_bounded() {
         edge: Some(FRIEND),
     };
     let local = LocalCache::new(Duration::from_secs(60), 2);
-    local.put(1, 2, cached);
+    local.put(local.forgets(), 1, 2, cached);
     assert_eq!(local.get(1, 2), Some(cached));
+    let read_before = local.forgets();
     local.forget(&[1]);
     assert_eq!(local.get(1, 2), None);
-    local.put(1, 2, cached);
-    local.put(3, 4, cached);
-    local.put(5, 6, cached);
+    local.put(read_before, 1, 2, cached);
+    assert_eq!(local.get(1, 2), None, "read before the forget: not kept");
+    let now = local.forgets();
+    local.put(now, 1, 2, cached);
+    local.put(now, 3, 4, cached);
+    local.put(now, 5, 6, cached);
     assert_eq!(
         (local.get(1, 2), local.get(5, 6)),
         (None, Some(cached)),
         "full: dropped, then refilled"
     );
     let expired = LocalCache::new(Duration::ZERO, 10);
-    expired.put(1, 2, cached);
+    expired.put(expired.forgets(), 1, 2, cached);
     assert_eq!(expired.get(1, 2), None);
 }
