@@ -170,9 +170,12 @@ async fn an_unknown_username_takes_as_long_to_refuse_as_a_known_one() {
     known.sort();
     unknown.sort();
     let (known, unknown) = (known[SAMPLES / 2], unknown[SAMPLES / 2]);
+    // Refusing without hashing takes well under a millisecond against tens for a hash, so
+    // a factor of two tells the two apart on a busy machine, where one side's median can
+    // drift by a third.
     let (slow, fast) = (known.max(unknown), known.min(unknown));
     assert!(
-        slow.as_secs_f64() <= fast.as_secs_f64() * 1.2,
+        slow.as_secs_f64() <= fast.as_secs_f64() * 2.0,
         "median refusal: known {known:?}, unknown {unknown:?}"
     );
 }
