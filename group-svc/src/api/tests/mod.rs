@@ -1,5 +1,6 @@
 //! Handler tests over SQLite: every refusal is the precise status, and changes nothing.
 
+mod fills;
 mod governance;
 mod recount;
 mod roster;
@@ -51,6 +52,17 @@ async fn api_with(rosters: Arc<dyn crate::domain::ports::Rosters>) -> GroupApi {
 async fn api_over(
     rosters: Arc<dyn crate::domain::ports::Rosters>,
 ) -> (GroupApi, sea_orm::DatabaseConnection) {
+    let shared = Arc::new(crate::store::memory::MemoryGroupCache::new(
+        std::time::Duration::from_secs(60),
+    ));
+    api_caching(shared, rosters).await
+}
+
+/// The API over the given shared cache and rosters, and its database.
+async fn api_caching(
+    shared: Arc<dyn crate::domain::GroupCache>,
+    rosters: Arc<dyn crate::domain::ports::Rosters>,
+) -> (GroupApi, sea_orm::DatabaseConnection) {
     let auth = AuthConfig {
         internal_secret: Secret::new("internal-secret-0123456789"),
         jwt_secret: Secret::new("jwt-secret-0123456789abcdef"),
@@ -60,9 +72,6 @@ async fn api_over(
     let db = imesh_kit::sql::connect_and_migrate::<crate::store::sql::Migrator>(&db_config)
         .await
         .unwrap();
-    let shared = Arc::new(crate::store::memory::MemoryGroupCache::new(
-        std::time::Duration::from_secs(60),
-    ));
     let peers = (Arc::new(FixedSeq) as _, Arc::new(FixedSeq) as _);
     let (api, _) = crate::wire(
         &Config::default(),
