@@ -118,17 +118,23 @@ impl Gate {
 
     /// Current member ids for write fanout: shared cache, else the database (then cached).
     pub async fn member_ids(&self, group_id: i64) -> Result<Vec<i64>, Error> {
-        match self.shared.member_ids(group_id).await {
+        // A miss reads the generation before the database; an unavailable cache is not filled.
+        let generation = match self.shared.member_ids(group_id).await {
             Ok(Some(ids)) => {
                 self.looked_up("member_ids", true);
                 return Ok(ids);
             }
-            Ok(None) => self.looked_up("member_ids", false),
-            Err(e) => tracing::warn!(error = %e, "group cache unavailable; reading the database"),
-        }
-        let generation = self.shared.generation(group_id).await;
+            Ok(None) => {
+                self.looked_up("member_ids", false);
+                self.shared.generation(group_id).await.ok()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "group cache unavailable; reading the database");
+                None
+            }
+        };
         let ids = self.store.member_ids(group_id).await?;
-        if let Ok(generation) = generation
+        if let Some(generation) = generation
             && let Err(e) = self.shared.put_member_ids(group_id, generation, &ids).await
         {
             tracing::warn!(error = %e, "filling the group cache failed");

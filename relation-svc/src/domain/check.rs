@@ -5,6 +5,8 @@
 
 use std::{collections::HashMap, sync::Arc};
 
+use imesh_kit::error::StoreError;
+
 use super::{EdgeCache, Error, FriendStatus, FriendStore, LocalCache, UserStore, invalid};
 
 /// Most peers one check may name.
@@ -134,11 +136,11 @@ impl Checker {
             return Ok(out.into_iter().flatten().collect());
         }
         let ask: Vec<(i64, i64)> = missing.iter().map(|&i| pairs[i]).collect();
-        let shared = match self.shared.get(&ask).await {
-            Ok(found) => found,
+        let (shared, fill) = match self.shared.get(&ask).await {
+            Ok(found) => (found, true),
             Err(e) => {
                 tracing::warn!(error = %e, "relation cache unavailable; reading the database");
-                vec![None; ask.len()]
+                (vec![None; ask.len()], false)
             }
         };
         let mut unloaded: Vec<i64> = Vec::new();
@@ -154,7 +156,7 @@ impl Checker {
         if !unloaded.is_empty() {
             unloaded.sort_unstable();
             unloaded.dedup();
-            let known = self.load(&unloaded).await?;
+            let known = self.load(&unloaded, fill).await?;
             for i in missing {
                 if out[i].is_none() {
                     let (owner, peer) = pairs[i];
@@ -171,9 +173,14 @@ impl Checker {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// Reads owners' accounts and rows from the database and fills the shared cache.
-    async fn load(&self, owners: &[i64]) -> Result<HashMap<i64, Known>, Error> {
-        let generations = self.shared.generations(owners).await;
+    /// Reads owners' accounts and rows from the database and, with `fill`, fills the
+    /// shared cache.
+    async fn load(&self, owners: &[i64], fill: bool) -> Result<HashMap<i64, Known>, Error> {
+        // Read before the database: rows a write changes meanwhile are not stored.
+        let generations = match fill {
+            true => Some(self.shared.generations(owners).await),
+            false => None,
+        };
         let users = self.users.by_ids(owners).await?;
         let mut known: HashMap<i64, Known> = owners
             .iter()
@@ -205,21 +212,27 @@ impl Checker {
                 k.edges.insert(row.peer, edge);
             }
         }
-        let filled = match generations {
-            Ok(generations) => {
-                let entries: Vec<(i64, u64, Known)> = owners
-                    .iter()
-                    .zip(generations)
-                    .map(|(o, generation)| (*o, generation, known[o].clone()))
-                    .collect();
-                self.shared.put(&entries).await
-            }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = filled {
+        if let Some(generations) = generations
+            && let Err(e) = self.fill(owners, generations, &known).await
+        {
             tracing::warn!(error = %e, "filling the relation cache failed");
         }
         Ok(known)
+    }
+
+    /// Stores each owner's rows at the generation read before the database.
+    async fn fill(
+        &self,
+        owners: &[i64],
+        generations: Result<Vec<u64>, StoreError>,
+        known: &HashMap<i64, Known>,
+    ) -> Result<(), StoreError> {
+        let entries: Vec<(i64, u64, Known)> = owners
+            .iter()
+            .zip(generations?)
+            .map(|(o, generation)| (*o, generation, known[o].clone()))
+            .collect();
+        self.shared.put(&entries).await
     }
 }
 
