@@ -1,5 +1,5 @@
-//! A cache fill racing a change: `MemberIds` reads the database, a change commits and
-//! invalidates the group, and only then does the fill reach the shared cache. The members
+//! A cache fill racing a change: `MemberIds` or `CheckSend` reads the database, a change
+//! commits and forgets the group, and only then does the fill reach the caches. What was
 //! read before the change must not be what later calls answer.
 
 use std::time::Duration;
@@ -12,12 +12,19 @@ use super::*;
 use crate::domain::{GateGroup, GateMember, GroupCache};
 use crate::store::memory::{MemoryGroupCache, MemoryRosters};
 
-/// The in-process cache, except that each member-id fill waits for a permit from the test
-/// after telling it that it is waiting.
+/// The in-process cache, except that each fill of member ids or of a member waits for a
+/// permit from the test after telling it that it is waiting.
 struct HeldFills {
     cache: MemoryGroupCache,
     waiting: mpsc::UnboundedSender<()>,
     permits: Semaphore,
+}
+
+impl HeldFills {
+    async fn held(&self) {
+        let _ = self.waiting.send(());
+        self.permits.acquire().await.expect("open").forget();
+    }
 }
 
 #[async_trait]
@@ -41,14 +48,14 @@ impl GroupCache for HeldFills {
         user: i64,
         member: Option<GateMember>,
     ) -> Result<bool, StoreError> {
+        self.held().await;
         self.cache.put_member(g, at, user, member).await
     }
     async fn member_ids(&self, group_id: i64) -> Result<Option<Vec<i64>>, StoreError> {
         self.cache.member_ids(group_id).await
     }
     async fn put_member_ids(&self, g: i64, at: u64, ids: &[i64]) -> Result<bool, StoreError> {
-        let _ = self.waiting.send(());
-        self.permits.acquire().await.expect("open").forget();
+        self.held().await;
         self.cache.put_member_ids(g, at, ids).await
     }
     async fn touch(&self, g: i64, user: i64, at_ms: i64) -> Result<(), StoreError> {
@@ -69,22 +76,49 @@ async fn member_ids(api: &GroupApi, group_id: i64) -> Vec<i64> {
     ids
 }
 
-#[tokio::test]
-async fn member_ids_read_before_an_import_are_not_cached_after_it() {
-    let (waiting, mut waits) = mpsc::unbounded_channel();
+/// The API over [`HeldFills`], the test's end of its waits, and a group of user 1 alone.
+async fn racing() -> (
+    Arc<GroupApi>,
+    Arc<HeldFills>,
+    mpsc::UnboundedReceiver<()>,
+    i64,
+) {
+    let (waiting, waits) = mpsc::unbounded_channel();
     let shared = Arc::new(HeldFills {
         cache: MemoryGroupCache::new(Duration::from_secs(60)),
         waiting,
         permits: Semaphore::new(0),
     });
     let (api, _db) = api_caching(shared.clone(), Arc::new(MemoryRosters::default())).await;
-    let api = Arc::new(api);
     let create = pb::CreateGroupRequest {
         name: "race".into(),
         ..Default::default()
     };
     let created = api.create_group(user(1, create)).await.unwrap();
     let g = created.into_inner().group.unwrap().group_id;
+    (Arc::new(api), shared, waits, g)
+}
+
+async fn import(api: &GroupApi, group_id: i64, user_ids: Vec<i64>) {
+    let import = pb::ImportMembersRequest { group_id, user_ids };
+    api.import_members(call(Actor::System, import))
+        .await
+        .unwrap();
+}
+
+async fn check_send(api: &GroupApi, group_id: i64, user_id: i64) -> Result<(), Code> {
+    let check = pb::CheckSendRequest {
+        group_id,
+        user_id,
+        needs: 0,
+    };
+    let checked = api.check_send(call(Actor::System, check)).await;
+    checked.map(|_| ()).map_err(|status| status.code())
+}
+
+#[tokio::test]
+async fn member_ids_read_before_an_import_are_not_cached_after_it() {
+    let (api, shared, mut waits, g) = racing().await;
 
     // A notice's audience is asked for: the owner alone, held on its way into the cache.
     let early = tokio::spawn({
@@ -93,13 +127,7 @@ async fn member_ids_read_before_an_import_are_not_cached_after_it() {
     });
     waits.recv().await.expect("the fill reaches the cache");
     // Meanwhile the members are imported (committed, then the group forgotten).
-    let import = pb::ImportMembersRequest {
-        group_id: g,
-        user_ids: vec![5, 6],
-    };
-    api.import_members(call(Actor::System, import))
-        .await
-        .unwrap();
+    import(&api, g, vec![5, 6]).await;
     shared.permits.add_permits(1);
     assert_eq!(early.await.unwrap(), vec![1], "read before the import");
 
@@ -107,4 +135,23 @@ async fn member_ids_read_before_an_import_are_not_cached_after_it() {
     shared.permits.add_permits(2);
     assert_eq!(member_ids(&api, g).await, vec![1, 5, 6]);
     assert_eq!(member_ids(&api, g).await, vec![1, 5, 6]);
+}
+
+#[tokio::test]
+async fn a_refusal_read_before_an_import_is_not_remembered_after_it() {
+    let (api, shared, mut waits, g) = racing().await;
+
+    // User 5 is not a member yet: the gate's load is held on its way into the caches.
+    let early = tokio::spawn({
+        let api = api.clone();
+        async move { check_send(&api, g, 5).await }
+    });
+    waits.recv().await.expect("the fill reaches the cache");
+    import(&api, g, vec![5]).await;
+    shared.permits.add_permits(1);
+    assert!(early.await.unwrap().is_err(), "read before the import");
+
+    // Neither the shared cache nor the gate's own keeps the refusal.
+    shared.permits.add_permits(1);
+    assert_eq!(check_send(&api, g, 5).await, Ok(()));
 }
