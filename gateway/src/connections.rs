@@ -25,13 +25,18 @@ use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::{admission::Overflow, transport::frames, transport::window::Out};
+use crate::{
+    admission::Overflow,
+    transport::frames,
+    transport::queue::{self, TrySendError},
+    transport::window::Out,
+};
 
 /// What the rest of the gateway holds of one connection.
 #[derive(Clone)]
 pub struct Handle {
     pub user: i64,
-    pub frames: flume::Sender<Out>,
+    pub frames: queue::Sender,
     /// Cancelled to close the connection.
     pub close: CancellationToken,
     /// Woken when a push tells the user a super group of theirs changed: the connection
@@ -157,7 +162,16 @@ impl Connections {
         self.len() == 0
     }
 
-    /// Closes every connection (shutdown drain).
+    /// Writes `frame` (a final error) to every connection, then closes them (the start of
+    /// a drain).
+    pub fn kick_all(&self, frame: &Bytes) {
+        for handle in self.open.read().values() {
+            let _ = handle.frames.try_send(Out::Frame(frame.clone()));
+            handle.close.cancel();
+        }
+    }
+
+    /// Closes every connection (the end of a drain).
     pub fn close_all(&self) {
         for handle in self.open.read().values() {
             handle.close.cancel();
@@ -193,13 +207,13 @@ impl Connections {
                 self.queued.inc();
                 true
             }
-            Err(flume::TrySendError::Full(_)) => {
+            Err(TrySendError::Full(_)) => {
                 self.slow.inc();
                 tracing::info!(conn_id = id, "send queue full: closing slow connection");
                 handle.close.cancel();
                 false
             }
-            Err(flume::TrySendError::Disconnected(_)) => false,
+            Err(TrySendError::Disconnected(_)) => false,
         }
     }
 }

@@ -256,6 +256,10 @@ impl Service {
         let tcp_task = tokio::spawn(transport::tcp::serve(tcp_clients, gateway.clone(), tls));
         shutdown.await;
         gateway.draining.cancel();
+        // A connection admitted from here on is told by its own admission.
+        gateway
+            .connections
+            .kick_all(&transport::frames::shutting_down());
         let deadline = tokio::time::Instant::now() + self.config.grpc.grace();
         while !gateway.connections.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;

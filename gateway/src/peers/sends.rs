@@ -49,6 +49,7 @@ use tracing::Instrument as _;
 use crate::{
     holds::{HoldLimits, Holds},
     transport::frames,
+    transport::queue::{self, TrySendError},
     transport::window::Out,
 };
 
@@ -77,14 +78,14 @@ impl Limits {
 
 /// Where a connection's answers go, and how many of its sends are unanswered.
 pub struct Outlet {
-    frames: flume::Sender<Out>,
+    frames: queue::Sender,
     close: CancellationToken,
     in_flight: AtomicUsize,
     holds: Holds,
 }
 
 impl Outlet {
-    pub fn new(frames: flume::Sender<Out>, close: CancellationToken) -> Arc<Self> {
+    pub fn new(frames: queue::Sender, close: CancellationToken) -> Arc<Self> {
         Arc::new(Self {
             frames,
             close,
@@ -96,7 +97,7 @@ impl Outlet {
     /// Queues an answer; a connection too far behind to take it is closed (it resyncs).
     fn answer(&self, frame: Bytes) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if let Err(flume::TrySendError::Full(_)) = self.frames.try_send(Out::Frame(frame)) {
+        if let Err(TrySendError::Full(_)) = self.frames.try_send(Out::Frame(frame)) {
             self.close.cancel();
         }
     }

@@ -22,6 +22,16 @@ pub fn error(request_id: u64, code: Code, message: impl Into<String>, fatal: boo
     error_frame(request_id, code, message.into(), fatal, 0)
 }
 
+/// The fatal error a drain closes connections with.
+pub fn shutting_down() -> Bytes {
+    error(
+        0,
+        Code::Unavailable,
+        "gateway shutting down; reconnect",
+        true,
+    )
+}
+
 /// A service's answer to a client request, as an error frame (with the wait a rate limit
 /// asked for, from the `retry-after-ms` trailer).
 pub fn status(request_id: u64, status: &Status) -> Bytes {

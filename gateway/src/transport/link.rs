@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::{Sink, Stream, StreamExt};
+use futures::{FutureExt, Sink, Stream, StreamExt};
 use imesh_protos::{
     gateway::{self as pb, server_frame::Body},
     notify::Device,
@@ -24,6 +24,7 @@ use crate::{
     connections::Handle,
     session::{self, Session},
     transport::frames,
+    transport::queue,
     transport::window::{Out, Window},
 };
 
@@ -45,45 +46,63 @@ pub enum Inbound {
 
 /// Serves one connection until the client leaves, idles out, breaks the framing or the
 /// gateway drains.
-pub async fn serve<R, W>(
-    mut reader: R,
+///
+/// Every idle client's task is sized for the largest state of this future, so it is
+/// written to stay small: blocks instead of `async fn`s where arguments would be stored
+/// twice, and the rare or short-lived states (auth, session setup and teardown) boxed.
+pub fn serve<R, W>(
+    reader: R,
     writer: W,
     gateway: Arc<Gateway>,
     unauthenticated: Unauthenticated,
-) where
+) -> impl Future<Output = ()>
+where
     R: Stream<Item = Inbound> + Unpin,
-    W: Sink<Bytes> + Unpin + Send + 'static,
+    W: Sink<Bytes> + Unpin,
 {
-    let (tx, rx) = flume::bounded(gateway.config.send_queue);
+    let (tx, rx) = queue::bounded(gateway.config.send_queue);
     let close = CancellationToken::new();
     let window = Window::new(gateway.config.unacked_window, gateway.config.ack_timeout());
-    // The writer shares the connection's task: a second task per connection would cost
-    // its header and allocation for every idle client.
-    let writing = crate::transport::writer::write_frames(writer, rx, window, close.clone());
-    let reading = async {
-        let authenticated = authenticated(&mut reader, &gateway, &tx).await;
-        drop(unauthenticated);
-        if let Some((request_id, user, auth)) = authenticated {
-            // The token is not needed past the check: the connection keeps only the device.
-            let pb::Auth {
-                token,
-                device_id,
-                platform,
-            } = auth;
-            drop(token);
-            let device = (device_id, platform);
-            run(reader, &gateway, &tx, &close, request_id, user, device).await;
+    // The writer shares the connection's task (a task of its own would cost its header and
+    // allocation for every idle client); each half is allocated once, at its own size,
+    // never moved into a larger state.
+    let writing = Box::pin(crate::transport::writer::write_frames(
+        writer,
+        rx,
+        window,
+        close.clone(),
+    ));
+    let reading = Box::pin(read(reader, gateway, tx, close, unauthenticated));
+    futures::future::join(writing, reading).map(|((), ())| ())
+}
+
+/// The reading half of a connection: the auth frame, then the session's requests.
+fn read<R>(
+    reader: R,
+    gateway: Arc<Gateway>,
+    tx: queue::Sender,
+    close: CancellationToken,
+    unauthenticated: Unauthenticated,
+) -> impl Future<Output = ()>
+where
+    R: Stream<Item = Inbound> + Unpin,
+{
+    // The start is boxed and over once the session is open: what stays is [`Reading`].
+    let starting = Box::pin(start(reader, gateway, tx, close.clone(), unauthenticated));
+    async move {
+        if let Some(mut reading) = starting.await {
+            reading.read_frames().await;
+            Box::pin(reading.finish()).await;
         }
         close.cancel();
-    };
-    futures::future::join(writing, reading).await;
+    }
 }
 
 /// The auth frame, verified; `None` after telling the client why not.
 async fn authenticated<R>(
     reader: &mut R,
     gateway: &Gateway,
-    tx: &flume::Sender<Out>,
+    tx: &queue::Sender,
 ) -> Option<(u64, i64, pb::Auth)>
 where
     R: Stream<Item = Inbound> + Unpin,
@@ -123,27 +142,35 @@ where
     match checked {
         Ok(ok) => Some(ok),
         Err(frame) => {
-            let _ = tx.send_async(Out::Frame(frame)).await;
+            let _ = tx.send(Out::Frame(frame)).await;
             None
         }
     }
 }
 
-async fn run<R>(
+/// Authenticates, admits and opens the session; `None` after telling the client why not.
+async fn start<R>(
     mut reader: R,
-    gateway: &Gateway,
-    tx: &flume::Sender<Out>,
-    close: &CancellationToken,
-    request_id: u64,
-    user: i64,
-    (device_id, platform): (String, String),
-) where
+    gateway: Arc<Gateway>,
+    tx: queue::Sender,
+    close: CancellationToken,
+    unauthenticated: Unauthenticated,
+) -> Option<Box<Reading<R>>>
+where
     R: Stream<Item = Inbound> + Unpin,
 {
+    let authenticated = authenticated(&mut reader, &gateway, &tx).await;
+    drop(unauthenticated);
+    let (request_id, user, auth) = authenticated?;
+    // The token is not needed past the check: the connection keeps only the device.
+    let pb::Auth {
+        token,
+        device_id,
+        platform,
+    } = auth;
+    drop(token);
     let regroup = Arc::new(tokio::sync::Notify::new());
-    let Some(conn_id) = admit(gateway, tx, close, (request_id, user), &regroup) else {
-        return;
-    };
+    let conn_id = admit(&gateway, &tx, &close, (request_id, user), &regroup)?;
     let device = Device {
         user_id: user,
         device_id,
@@ -151,9 +178,50 @@ async fn run<R>(
         gateway_addr: gateway.advertise.clone(),
         conn_id,
     };
-    // The one-off calls are boxed: inline, their futures would size every idle
-    // connection's task for the largest of them.
-    let super_groups: Arc<[i64]> = match Box::pin(gateway.backends.super_groups(user)).await {
+    let session = open(&gateway, &tx, &close, request_id, device).await?;
+    // Boxed: returned as a value, it would be laid out twice in the caller's state.
+    Some(Box::new(Reading {
+        limit: FrameLimit::new(gateway.config.frames_per_sec),
+        reader,
+        gateway,
+        tx,
+        close,
+        session,
+        regroup,
+        in_flight: Arc::new(Semaphore::new(IN_FLIGHT)),
+        refreshed: Instant::now(),
+    }))
+}
+
+/// What an open session's reader holds between frames: all an idle connection's reading
+/// half is.
+struct Reading<R> {
+    reader: R,
+    gateway: Arc<Gateway>,
+    tx: queue::Sender,
+    close: CancellationToken,
+    session: Session,
+    /// Woken to re-list the super groups followed.
+    regroup: Arc<tokio::sync::Notify>,
+    /// Requests other than sends and acks, handled beside the reader.
+    in_flight: Arc<Semaphore>,
+    limit: FrameLimit,
+    /// When presence was last refreshed.
+    refreshed: Instant,
+}
+
+/// The session of an admitted device: the super groups it follows, its `auth_ok`, its
+/// presence. `None` (the connection unregistered, the client told why) when presence
+/// cannot take it.
+async fn open(
+    gateway: &Gateway,
+    tx: &queue::Sender,
+    close: &CancellationToken,
+    request_id: u64,
+    device: Device,
+) -> Option<Session> {
+    let (user, conn_id) = (device.user_id, device.conn_id);
+    let super_groups: Arc<[i64]> = match gateway.backends.super_groups(user).await {
         Ok(groups) => groups.into(),
         Err(status) => {
             tracing::warn!(error = %status, "listing super groups failed; no live hints for them");
@@ -172,101 +240,143 @@ async fn run<R>(
         connection_id: conn_id,
     });
     let _ = tx
-        .send_async(Out::Frame(frames::encode(request_id, auth_ok)))
+        .send(Out::Frame(frames::encode(request_id, auth_ok)))
         .await;
-    match Box::pin(
-        gateway
-            .backends
-            .online(session.device.clone(), super_groups.to_vec(), true),
-    )
-    .await
-    {
-        Ok(()) => read_frames(&mut reader, &session, tx, close, gateway, &regroup).await,
+    let online = gateway
+        .backends
+        .online(session.device.clone(), super_groups.to_vec(), true);
+    match online.await {
+        Ok(()) => Some(session),
         Err(status) => {
             tracing::warn!(error = %status, "registering presence failed");
-            say(
-                tx,
-                frames::error(
-                    0,
-                    Code::Unavailable,
-                    "presence unavailable; reconnect later",
-                    true,
-                ),
-            );
+            let why = "presence unavailable; reconnect later";
+            say(tx, frames::error(0, Code::Unavailable, why, true));
+            gateway.connections.remove(conn_id);
+            if let Err(status) = gateway.backends.offline(session.device.clone()).await {
+                tracing::warn!(error = %status, "clearing presence failed; it expires with its TTL");
+            }
+            None
         }
-    }
-    gateway.connections.remove(conn_id);
-    if let Err(status) = Box::pin(gateway.backends.offline(session.device.clone())).await {
-        tracing::warn!(error = %status, "clearing presence failed; it expires with its TTL");
     }
 }
 
-async fn read_frames<R>(
+/// What woke an idle connection's reader.
+enum Woke {
+    Inbound(Option<Inbound>),
+    Closed,
+    Regroup,
+    /// No frame for the idle timeout.
+    Idle,
+}
+
+async fn wait<R>(
     reader: &mut R,
-    session: &Session,
-    tx: &flume::Sender<Out>,
     close: &CancellationToken,
-    gateway: &Gateway,
     regroup: &tokio::sync::Notify,
-) where
+    idle: std::time::Duration,
+) -> Woke
+where
     R: Stream<Item = Inbound> + Unpin,
 {
-    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
-    let limit = FrameLimit::new(gateway.config.frames_per_sec);
-    let idle = gateway.config.idle_timeout();
-    let refresh_every = gateway.config.presence_refresh();
-    let mut refreshed = Instant::now();
-    loop {
-        let inbound = tokio::select! {
-            () = close.cancelled() => return,
-            () = regroup.notified() => {
-                tokio::spawn(refollow(session.clone(), gateway.connections.clone()));
-                continue;
-            }
-            () = gateway.draining.cancelled() => {
-                say(tx, frames::error(0, Code::Unavailable, "gateway shutting down; reconnect", true));
+    tokio::select! {
+        () = close.cancelled() => Woke::Closed,
+        () = regroup.notified() => Woke::Regroup,
+        inbound = tokio::time::timeout(idle, reader.next()) => inbound.map_or(Woke::Idle, Woke::Inbound),
+    }
+}
+
+impl<R: Stream<Item = Inbound> + Unpin> Reading<R> {
+    async fn read_frames(&mut self) {
+        let idle = self.gateway.config.idle_timeout();
+        loop {
+            let woke = wait(&mut self.reader, &self.close, &self.regroup, idle).await;
+            let frame = match woke {
+                Woke::Closed | Woke::Inbound(None) => return,
+                Woke::Regroup => {
+                    let connections = self.gateway.connections.clone();
+                    tokio::spawn(refollow(self.session.clone(), connections));
+                    continue;
+                }
+                Woke::Idle => {
+                    let why = format!("idle: no frame for {idle:?}");
+                    say(
+                        &self.tx,
+                        frames::error(0, Code::DeadlineExceeded, why, true),
+                    );
+                    return;
+                }
+                Woke::Inbound(Some(inbound)) => inbound,
+            };
+            let request = match self.take(frame) {
+                Taken::Done => continue,
+                Taken::End => return,
+                Taken::Request(request) => request,
+            };
+            // Boxed, and only when the connection is at its limit: the wait would
+            // otherwise hold a decoded frame in every idle connection's task.
+            let permit = match self.in_flight.clone().try_acquire_owned() {
+                Ok(permit) => Ok(permit),
+                Err(_) => Box::pin(self.in_flight.clone().acquire_owned()).await,
+            };
+            let Ok(permit) = permit else {
                 return;
-            }
-            inbound = tokio::time::timeout(idle, reader.next()) => inbound,
-        };
+            };
+            let (session, tx) = (self.session.clone(), self.tx.clone());
+            let (frame, span) = *request;
+            tokio::spawn(
+                async move {
+                    if let Some(reply) = session.handle(frame).await {
+                        let _ = tx.send(Out::Frame(reply)).await;
+                    }
+                    drop(permit);
+                }
+                .instrument(span),
+            );
+        }
+    }
+
+    /// Unregisters the connection and its presence.
+    async fn finish(self) {
+        self.gateway.connections.remove(self.session.device.conn_id);
+        if let Err(status) = self.gateway.backends.offline(self.session.device).await {
+            tracing::warn!(error = %status, "clearing presence failed; it expires with its TTL");
+        }
+    }
+}
+
+/// What became of one inbound frame.
+enum Taken {
+    /// Answered, queued (sends) or refused: read on.
+    Done,
+    /// The connection ends.
+    End,
+    /// A request to handle on a task of its own, with its span.
+    Request(Box<(pb::ClientFrame, tracing::Span)>),
+}
+
+/// Takes one inbound frame: refusals, the frame limit, the presence refresh, sends and acks
+/// at once; anything else is returned to be handled beside the reader.
+impl<R> Reading<R> {
+    fn take(&mut self, inbound: Inbound) -> Taken {
+        let (session, tx, limit) = (&self.session, &self.tx, &self.limit);
         let frame = match inbound {
-            Err(_) => {
-                say(
-                    tx,
-                    frames::error(
-                        0,
-                        Code::DeadlineExceeded,
-                        format!("idle: no frame for {idle:?}"),
-                        true,
-                    ),
-                );
-                return;
-            }
-            Ok(None) => return,
-            Ok(Some(Inbound::Alive)) => continue,
-            Ok(Some(Inbound::Refused(why))) => {
+            Inbound::Alive => return Taken::Done,
+            Inbound::Refused(why) => {
                 say(tx, frames::error(0, Code::InvalidArgument, why, false));
-                continue;
+                return Taken::Done;
             }
-            Ok(Some(Inbound::Broken(why))) => {
+            Inbound::Broken(why) => {
                 say(tx, frames::error(0, Code::InvalidArgument, why, true));
-                return;
+                return Taken::End;
             }
-            Ok(Some(Inbound::Frame(frame))) => frame,
+            Inbound::Frame(frame) => frame,
         };
         let frame = match pb::ClientFrame::decode(frame) {
             Ok(frame) => frame,
             Err(e) => {
-                say(
-                    tx,
-                    frames::error(
-                        0,
-                        Code::InvalidArgument,
-                        format!("frame: not a ClientFrame ({e})"),
-                        false,
-                    ),
-                );
-                continue;
+                let why = format!("frame: not a ClientFrame ({e})");
+                say(tx, frames::error(0, Code::InvalidArgument, why, false));
+                return Taken::Done;
             }
         };
         if let Err(wait) = limit.check() {
@@ -274,19 +384,19 @@ async fn read_frames<R>(
                 session.send_throttled(request, wait);
             }
             say(tx, frames::throttled(frame.request_id, limit.per_sec, wait));
-            continue;
+            return Taken::Done;
         }
-        if refreshed.elapsed() >= refresh_every {
-            refreshed = Instant::now();
+        if self.refreshed.elapsed() >= self.gateway.config.presence_refresh() {
+            self.refreshed = Instant::now();
             let (backends, device) = (session.backends.clone(), session.device.clone());
             let groups = session.super_groups().to_vec();
             tokio::spawn(async move { backends.online(device, groups, false).await });
         }
         let span = crate::session::request_span(&frame, session.user());
         // Sends are queued here, in the order read, never on a task of their own: that is
-        // what keeps a device's messages in order however many are in flight. Acks take
-        // no task either: the push window and the coalesced cursor take them at once.
-        let frame = match frame {
+        // what keeps a device's messages in order however many are in flight. Acks take no
+        // task either: the push window and the coalesced cursor take them at once.
+        match frame {
             pb::ClientFrame {
                 request_id,
                 body: Some(pb::client_frame::Body::Send(request)),
@@ -294,7 +404,7 @@ async fn read_frames<R>(
                 if let Some(refusal) = session.send(request_id, request, span) {
                     say(tx, refusal);
                 }
-                continue;
+                Taken::Done
             }
             pb::ClientFrame {
                 request_id,
@@ -304,23 +414,10 @@ async fn read_frames<R>(
                 if let Some(refusal) = session.ack(request_id, ack) {
                     say(tx, refusal);
                 }
-                continue;
+                Taken::Done
             }
-            frame => frame,
-        };
-        let Ok(permit) = in_flight.clone().acquire_owned().await else {
-            return;
-        };
-        let (session, tx) = (session.clone(), tx.clone());
-        tokio::spawn(
-            async move {
-                if let Some(reply) = session.handle(frame).await {
-                    let _ = tx.send_async(Out::Frame(reply)).await;
-                }
-                drop(permit);
-            }
-            .instrument(span),
-        );
+            frame => Taken::Request(Box::new((frame, span))),
+        }
     }
 }
 
@@ -329,7 +426,7 @@ async fn read_frames<R>(
 /// client why not.
 fn admit(
     gateway: &Gateway,
-    tx: &flume::Sender<Out>,
+    tx: &queue::Sender,
     close: &CancellationToken,
     (request_id, user): (u64, i64),
     regroup: &Arc<tokio::sync::Notify>,
@@ -357,6 +454,12 @@ fn admit(
         );
         return None;
     };
+    if gateway.draining.is_cancelled() {
+        // The drain's farewell went out before this connection was registered.
+        gateway
+            .connections
+            .kick(inserted.id, frames::shutting_down());
+    }
     if let Some(oldest) = inserted.replaced {
         let reason = admission.replaced();
         let frame = frames::error(0, Code::Aborted, reason, true);
@@ -388,7 +491,7 @@ async fn refollow(session: Session, connections: Arc<crate::connections::Connect
 
 /// Queues a frame for the client unless the queue is full (a connection that far behind
 /// is closing anyway).
-fn say(tx: &flume::Sender<Out>, frame: Bytes) {
+fn say(tx: &queue::Sender, frame: Bytes) {
     let _ = tx.try_send(Out::Frame(frame));
 }
 

@@ -103,7 +103,7 @@ where
 async fn admit<F, Fut>(mut socket: TcpStream, peer: SocketAddr, how: Arc<Accepting>, admitted: F)
 where
     F: Fn(ClientStream, Client) -> Fut,
-    Fut: Future<Output = ()>,
+    Fut: Future<Output = ()> + Send + 'static,
 {
     let proxied = how.admission.trusts(peer.ip());
     let source = match (proxied, how.proxy_protocol) {
@@ -141,7 +141,8 @@ where
     };
     let stream = match &how.tls {
         None => Either::Left(socket),
-        Some(tls) => match tls.accept(socket).await {
+        // Boxed: the handshake's state (about 1.2 KB) would size every connection's task.
+        Some(tls) => match Box::pin(tls.accept(socket)).await {
             Ok(stream) => Either::Right(Box::new(stream)),
             Err(e) => {
                 tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -149,7 +150,9 @@ where
             }
         },
     };
-    admitted(stream, client).await;
+    // A task of its own, sized for the connection alone: this one's state (the PROXY header,
+    // the refusal) ends here.
+    tokio::spawn(admitted(stream, client));
 }
 
 /// How long a trusted proxy has to send its PROXY header.

@@ -5,6 +5,7 @@
 pub mod frames;
 pub mod link;
 pub mod listen;
+pub mod queue;
 pub mod tcp;
 pub mod window;
 pub mod writer;

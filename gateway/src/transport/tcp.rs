@@ -17,17 +17,17 @@
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use futures::{StreamExt, future};
 use imesh_kit::tls::Tls;
 use tokio::net::TcpListener;
-use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
+use tokio_util::codec::{Decoder, Encoder};
 
 use crate::{
     Gateway,
     admission::Refused,
     transport::frames,
-    transport::link::{self, Inbound},
+    transport::link,
     transport::listen::{self, Accepting, Refusal},
+    transport::tcp::io::{FrameReader, FrameWriter},
 };
 
 pub const HEADER_LEN: usize = 12;
@@ -140,22 +140,17 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>, tls: Option<Arc
         stop: gateway.draining.clone(),
     };
     listen::accept(listener, how, move |stream, client| {
-        let gateway = gateway.clone();
-        async move {
-            let Some(place) = client.take_place() else {
-                return;
-            };
+        // Set up before the task's future: it holds the connection and nothing else.
+        let serving = client.take_place().map(|place| {
             let (read, write) = tokio::io::split(stream);
-            // I/O errors and EOF (a truncated frame included) end the stream; framing
-            // errors are reported once, then the codec ends it.
-            let reader = FramedRead::with_capacity(read, FrameCodec::new(max), SOCKET_BUFFER)
-                .take_while(|r| future::ready(!matches!(r, Err(FramingError::Io(_)))))
-                .map(|r| match r {
-                    Ok(frame) => Inbound::Frame(frame),
-                    Err(e) => Inbound::Broken(e.to_string()),
-                });
-            let writer = FramedWrite::with_capacity(write, FrameCodec::new(max), SOCKET_BUFFER);
-            link::serve(Box::pin(reader), writer, gateway, place).await;
+            let reader = Box::pin(FrameReader::new(read, FrameCodec::new(max)));
+            let writer = FrameWriter::new(write, FrameCodec::new(max));
+            link::serve(reader, writer, gateway.clone(), place)
+        });
+        async move {
+            if let Some(serving) = serving {
+                serving.await;
+            }
         }
     })
     .await;
@@ -169,9 +164,6 @@ pub fn refusal_frame(refused: &Refused) -> Bytes {
     framed.freeze()
 }
 
-/// Initial read and write buffers per connection (tokio-util's default is 8 KiB each);
-/// a bigger frame grows them as it arrives.
-const SOCKET_BUFFER: usize = 512;
-
+mod io;
 #[cfg(test)]
 mod tests;

@@ -2,16 +2,17 @@
 //! written in batches (one flush per burst), pushes kept in the unacked [`Window`] and resent
 //! or given up, and the close.
 
-use std::time::Duration;
+use std::{pin::Pin, time::Duration};
 
 use bytes::Bytes;
 use futures::{Sink, SinkExt};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 use crate::{
     transport::frames,
+    transport::queue,
     transport::window::{GiveUp, Out, Window},
 };
 
@@ -22,59 +23,138 @@ const WRITE_BATCH: usize = 64;
 /// `window` until acknowledged (resent once when their ack is late; the connection is
 /// closed when that fails too or the window overflows). After `close`, writes what is
 /// still queued (e.g. a final error frame) and closes the sink.
-pub async fn write_frames<W>(
+///
+/// The connection's task is sized for the largest state of this future, idle clients
+/// included: the rare states (giving up, closing) are boxed.
+pub fn write_frames<W>(
     mut sink: W,
-    rx: flume::Receiver<Out>,
+    rx: queue::Receiver,
     mut window: Window,
     close: CancellationToken,
-) where
+) -> impl Future<Output = ()>
+where
     W: Sink<Bytes> + Unpin,
 {
-    let closing = loop {
-        let due = window.due();
-        let out = tokio::select! {
-            out = rx.recv_async() => out.ok(),
-            () = close.cancelled() => break true,
-            () = sleep_until(due), if due.is_some() => {
-                let written = match window.expire(Instant::now()) {
-                    Ok(resend) => write_all(&mut sink, resend).await,
-                    Err(why) => return give_up(sink, &close, why).await,
-                };
-                if written.is_err() {
-                    return;
-                }
-                continue;
-            }
-        };
-        let Some(out) = out else { break false };
-        let mut batch = Vec::new();
-        let mut next = Some(out);
-        while let Some(out) = next.take() {
-            match out {
-                Out::Frame(frame) => batch.push(frame),
-                Out::Push { last_seq, frame } => {
-                    if let Err(why) = window.sent(last_seq, frame.clone(), Instant::now()) {
-                        return give_up(sink, &close, why).await;
-                    }
-                    batch.push(frame);
-                }
-                Out::Acked(sync_seq) => window.acked(sync_seq),
-            }
-            if batch.len() < WRITE_BATCH {
-                next = rx.try_recv().ok();
-            }
+    // Only while pushes await their ack: idle, a connection holds no timer.
+    let mut timer = None;
+    // A block, not an `async fn`: an async fn's arguments would be stored twice in its
+    // state (as arguments, then as locals).
+    async move {
+        loop {
+            let stop = match step(&mut sink, &rx, &mut window, &close, &mut timer).await {
+                Ok(()) => continue,
+                Err(stop) => stop,
+            };
+            return match stop {
+                Stop::GiveUp(why) => Box::pin(give_up(sink, &close, why)).await,
+                Stop::Closed => Box::pin(finish(sink, Some(rx))).await,
+                Stop::Gone => Box::pin(finish(sink, None)).await,
+                Stop::Broken => {}
+            };
         }
-        if write_all(&mut sink, batch).await.is_err() {
-            return;
+    }
+}
+
+/// Why the writer stops writing.
+enum Stop {
+    /// The client does not ack its pushes.
+    GiveUp(GiveUp),
+    /// The connection is closing: what is queued still goes out.
+    Closed,
+    /// Every sender is gone.
+    Gone,
+    /// The connection is gone.
+    Broken,
+}
+
+/// Waits for something to write and writes it.
+async fn step<W>(
+    sink: &mut W,
+    rx: &queue::Receiver,
+    window: &mut Window,
+    close: &CancellationToken,
+    timer: &mut Option<Pin<Box<Sleep>>>,
+) -> Result<(), Stop>
+where
+    W: Sink<Bytes> + Unpin,
+{
+    match (window.due(), timer.as_mut()) {
+        (None, _) => *timer = None,
+        (Some(due), Some(timer)) => timer.as_mut().reset(due),
+        (Some(due), None) => *timer = Some(Box::pin(tokio::time::sleep_until(due))),
+    }
+    let batch = match next(rx, close, timer.as_mut()).await {
+        Next::Out(out) => burst(out, rx, window).map_err(Stop::GiveUp)?,
+        Next::Due => window.expire(Instant::now()).map_err(Stop::GiveUp)?,
+        Next::Closed => return Err(Stop::Closed),
+        Next::Gone => return Err(Stop::Gone),
+    };
+    write_all(sink, batch).await.map_err(|_| Stop::Broken)
+}
+
+/// What the writer wakes for.
+enum Next {
+    Out(Out),
+    /// The oldest unacked push's ack is late.
+    Due,
+    /// The connection is closing.
+    Closed,
+    /// Every sender is gone.
+    Gone,
+}
+
+async fn next(
+    rx: &queue::Receiver,
+    close: &CancellationToken,
+    timer: Option<&mut Pin<Box<Sleep>>>,
+) -> Next {
+    let late = async {
+        match timer {
+            Some(timer) => timer.await,
+            None => std::future::pending().await,
         }
     };
-    if closing {
-        while let Ok(out) = rx.try_recv() {
-            if let Out::Frame(frame) | Out::Push { frame, .. } = out
-                && sink.feed(frame).await.is_err()
-            {
-                return;
+    tokio::select! {
+        out = rx.recv() => out.map_or(Next::Gone, Next::Out),
+        () = close.cancelled() => Next::Closed,
+        () = late => Next::Due,
+    }
+}
+
+/// The frames to write for `first` and what queued behind it (up to [`WRITE_BATCH`]
+/// frames), pushes entered in the window and acks taken out of it.
+fn burst(first: Out, rx: &queue::Receiver, window: &mut Window) -> Result<Vec<Bytes>, GiveUp> {
+    let mut batch = Vec::new();
+    let mut next = Some(first);
+    while let Some(out) = next.take() {
+        match out {
+            Out::Frame(frame) => batch.push(frame),
+            Out::Push { last_seq, frame } => {
+                window.sent(last_seq, frame.clone(), Instant::now())?;
+                batch.push(frame);
             }
+            Out::Acked(sync_seq) => window.acked(sync_seq),
+        }
+        if batch.len() < WRITE_BATCH {
+            next = rx.try_recv();
+        }
+    }
+    Ok(batch)
+}
+
+/// Writes what is still queued when the connection closes (`queued`), then closes the sink.
+async fn finish<W>(mut sink: W, queued: Option<queue::Receiver>)
+where
+    W: Sink<Bytes> + Unpin,
+{
+    for out in queued
+        .iter()
+        .flat_map(|rx| std::iter::from_fn(|| rx.try_recv()))
+    {
+        if let Out::Frame(frame) | Out::Push { frame, .. } = out
+            && sink.feed(frame).await.is_err()
+        {
+            return;
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
@@ -113,11 +193,5 @@ where
     let fatal = frames::error(0, Code::DeadlineExceeded, why, true);
     if write_all(&mut sink, vec![fatal]).await.is_ok() {
         let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
-    }
-}
-
-async fn sleep_until(due: Option<Instant>) {
-    if let Some(due) = due {
-        tokio::time::sleep_until(due).await;
     }
 }
