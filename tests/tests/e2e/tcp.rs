@@ -2,7 +2,8 @@
 //! same gateway; coalesced and split frames are reassembled; a body that is not a frame
 //! gets an error frame and the connection goes on; an oversized or foreign header, a bad
 //! first frame and a truncated frame end only their own connection; presence queries show
-//! a TCP device online until it leaves.
+//! a TCP device online until it leaves; a draining gateway tells devices on both
+//! transports to reconnect.
 
 use imesh_protos::{
     gateway::{Auth, ClientFrame, Ping, client_frame, server_frame::Body},
@@ -169,4 +170,21 @@ async fn tcp_and_websocket_devices_talk_and_broken_tcp_framing_ends_only_its_con
         Body::Error(e) => assert_eq!(e.field, "user_ids", "{e:?}"),
         other => panic!("an empty query went through: {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_draining_gateway_tells_every_connected_device_to_reconnect() {
+    let env = TestCluster::start(Stores::Embedded).await;
+    let (_, alice_token) = env.user("alice").await;
+    let mut over_tcp = env.tcp_device().await;
+    over_tcp.auth(&alice_token, "alice-tcp").await.expect("auth");
+    let mut over_ws = env.signed_in(&alice_token, "alice-ws").await;
+    let stopping = tokio::spawn(env.cluster.stop());
+    for device in [&mut over_tcp, &mut over_ws] {
+        let e = device.closing_error().await;
+        assert_eq!(e.code, Code::Unavailable as u32, "{e:?}");
+        assert!(e.message.contains("shutting down"), "{e:?}");
+    }
+    let stopped = tokio::time::timeout(PATIENCE, stopping).await;
+    stopped.expect("the cluster stops").unwrap().expect("cleanly");
 }
