@@ -197,7 +197,8 @@ impl Report {
             rows.push((
                 "server memory",
                 format!(
-                    "{:.1} MiB RSS; per connection {:.0} B RSS + {:.0} B kernel",
+                    "{:.1} MiB RSS; per connection {:.0} B RSS + {:.0} B kernel \
+                     (machine-wide: both ends when the tool runs beside the server)",
                     s.rss_bytes as f64 / 1048576.0,
                     s.rss_bytes_per_connection,
                     s.kernel_bytes_per_connection

@@ -177,7 +177,10 @@ async fn a_draining_gateway_tells_every_connected_device_to_reconnect() {
     let env = TestCluster::start(Stores::Embedded).await;
     let (_, alice_token) = env.user("alice").await;
     let mut over_tcp = env.tcp_device().await;
-    over_tcp.auth(&alice_token, "alice-tcp").await.expect("auth");
+    over_tcp
+        .auth(&alice_token, "alice-tcp")
+        .await
+        .expect("auth");
     let mut over_ws = env.signed_in(&alice_token, "alice-ws").await;
     let stopping = tokio::spawn(env.cluster.stop());
     for device in [&mut over_tcp, &mut over_ws] {
@@ -186,5 +189,8 @@ async fn a_draining_gateway_tells_every_connected_device_to_reconnect() {
         assert!(e.message.contains("shutting down"), "{e:?}");
     }
     let stopped = tokio::time::timeout(PATIENCE, stopping).await;
-    stopped.expect("the cluster stops").unwrap().expect("cleanly");
+    stopped
+        .expect("the cluster stops")
+        .unwrap()
+        .expect("cleanly");
 }
