@@ -80,12 +80,17 @@ where
 {
     match (window.due(), timer.as_mut()) {
         (None, _) => *timer = None,
-        (Some(due), Some(timer)) => timer.as_mut().reset(due),
+        (Some(due), Some(timer)) if timer.deadline() != due => timer.as_mut().reset(due),
+        (Some(_), Some(_)) => {}
         (Some(due), None) => *timer = Some(Box::pin(tokio::time::sleep_until(due))),
     }
     let batch = match next(rx, close, timer.as_mut()).await {
         Next::Out(out) => burst(out, rx, window).map_err(Stop::GiveUp)?,
-        Next::Due => window.expire(Instant::now()).map_err(Stop::GiveUp)?,
+        Next::Due => {
+            // A fired timer stays fired: the next wait, if any, takes a new one.
+            *timer = None;
+            window.expire(Instant::now()).map_err(Stop::GiveUp)?
+        }
         Next::Closed => return Err(Stop::Closed),
         Next::Gone => return Err(Stop::Gone),
     };
