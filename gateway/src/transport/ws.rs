@@ -65,7 +65,12 @@ async fn upgrade(
         .read_buffer_size(SOCKET_BUFFER)
         .write_buffer_size(SOCKET_BUFFER)
         .protocols([JSON_PROTOCOL])
-        .on_upgrade(move |socket| serve_socket(socket, gateway, place))
+        .on_upgrade(move |socket| {
+            // A task of its own, sized for the connection: axum's upgrade task would hold
+            // the upgrade's states beside it for the connection's life.
+            tokio::spawn(serve_socket(socket, gateway, place));
+            std::future::ready(())
+        })
 }
 
 /// The client's address: the first `X-Forwarded-For` address when its peer is a trusted
@@ -92,7 +97,13 @@ fn refusal(refused: &Refused) -> Response {
         .into_response()
 }
 
-async fn serve_socket(socket: WebSocket, gateway: Arc<Gateway>, unauthenticated: Unauthenticated) {
+/// The connection over an upgraded socket, set up before the future it returns: that
+/// holds the connection and nothing else (see [`link::serve`]).
+fn serve_socket(
+    socket: WebSocket,
+    gateway: Arc<Gateway>,
+    unauthenticated: Unauthenticated,
+) -> impl Future<Output = ()> {
     let json = socket
         .protocol()
         .is_some_and(|p| p.as_bytes() == JSON_PROTOCOL.as_bytes());
@@ -124,7 +135,7 @@ async fn serve_socket(socket: WebSocket, gateway: Arc<Gateway>, unauthenticated:
                 Ok(Message::Close(_)) | Err(_) => None,
             })
         });
-    link::serve(Box::pin(reader), Box::pin(writer), gateway, unauthenticated).await;
+    link::serve(Box::pin(reader), Box::pin(writer), gateway, unauthenticated)
 }
 
 /// A JSON `ClientFrame`, re-encoded as protobuf for the rest of the gateway.
