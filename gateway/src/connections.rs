@@ -39,9 +39,40 @@ pub struct Handle {
     pub frames: queue::Sender,
     /// Cancelled to close the connection.
     pub close: CancellationToken,
+    pub signals: std::sync::Arc<Signals>,
+}
+
+/// What the registry and a connection's reader tell each other.
+pub struct Signals {
     /// Woken when a push tells the user a super group of theirs changed: the connection
     /// re-lists the super groups it follows.
-    pub regroup: std::sync::Arc<tokio::sync::Notify>,
+    pub regroup: tokio::sync::Notify,
+    /// When the connection last read anything, in ms of [`clock_ms`].
+    last_read_ms: AtomicU64,
+}
+
+impl Default for Signals {
+    /// A connection that has just read.
+    fn default() -> Self {
+        Self {
+            regroup: tokio::sync::Notify::new(),
+            last_read_ms: AtomicU64::new(clock_ms()),
+        }
+    }
+}
+
+impl Signals {
+    /// The connection read a frame (or a transport-level ping).
+    pub fn read(&self) {
+        self.last_read_ms.store(clock_ms(), Ordering::Relaxed);
+    }
+}
+
+/// Milliseconds since the registry's clock started (monotonic).
+fn clock_ms() -> u64 {
+    static START: std::sync::LazyLock<std::time::Instant> =
+        std::sync::LazyLock::new(std::time::Instant::now);
+    START.elapsed().as_millis() as u64
 }
 
 /// A registered connection.
@@ -181,8 +212,25 @@ impl Connections {
     /// Has connection `id` re-list the super groups it follows.
     pub fn regroup(&self, id: u64) {
         if let Some(handle) = self.open.read().get(&id) {
-            handle.regroup.notify_one();
+            handle.signals.regroup.notify_one();
         }
+    }
+
+    /// Writes `frame` (a final error) to every connection that read nothing for `idle`,
+    /// then closes them; returns how many. One sweep of the registry replaces a timer
+    /// per idle connection.
+    pub fn close_idle(&self, idle: std::time::Duration, frame: &Bytes) -> usize {
+        let cutoff = clock_ms().saturating_sub(idle.as_millis() as u64);
+        let mut closed = 0;
+        for handle in self.open.read().values() {
+            let last_read = handle.signals.last_read_ms.load(Ordering::Relaxed);
+            if last_read < cutoff && !handle.close.is_cancelled() {
+                let _ = handle.frames.try_send(Out::Frame(frame.clone()));
+                handle.close.cancel();
+                closed += 1;
+            }
+        }
+        closed
     }
 
     /// Writes `frame` (a final error) to connection `id`, then closes it.

@@ -65,7 +65,8 @@ pub struct Config {
     pub sync_addr: String,
     pub notify_addr: String,
     pub auth_timeout_ms: u64,
-    /// A connection with no frame (not even a ping) for this long is closed.
+    /// A connection with no frame (not even a ping) for this long is closed (the registry
+    /// is swept every eighth of it).
     pub idle_timeout_secs: u64,
     /// How often a live connection refreshes its presence (below notify's TTL).
     pub presence_refresh_secs: u64,
@@ -253,6 +254,7 @@ impl Service {
         )
         .with_graceful_shutdown(gateway.draining.clone().cancelled_owned());
         let ws_task = tokio::spawn(ws.into_future());
+        tokio::spawn(close_idle_connections(gateway.clone()));
         let tcp_task = tokio::spawn(transport::tcp::serve(tcp_clients, gateway.clone(), tls));
         shutdown.await;
         gateway.draining.cancel();
@@ -270,6 +272,23 @@ impl Service {
         tcp_task.await?;
         grpc_task.await??;
         Ok(())
+    }
+}
+
+/// Closes the connections that read nothing for `idle_timeout_secs`, sweeping the registry
+/// every eighth of that, until the gateway drains.
+async fn close_idle_connections(gateway: Arc<Gateway>) {
+    let idle = gateway.config.idle_timeout();
+    let why = format!("idle: no frame for {idle:?}");
+    let frame = transport::frames::error(0, tonic::Code::DeadlineExceeded, why, true);
+    let mut sweeps = tokio::time::interval((idle / 8).max(Duration::from_millis(100)));
+    sweeps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = gateway.draining.cancelled() => return,
+            _ = sweeps.tick() => {}
+        }
+        gateway.connections.close_idle(idle, &frame);
     }
 }
 

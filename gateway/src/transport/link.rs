@@ -1,7 +1,8 @@
 //! One client connection's life, whatever carries it: the auth frame in time, presence,
 //! the super groups it follows, sends queued in order on [`crate::peers::sends`], other requests
 //! handled concurrently up to [`IN_FLIGHT`], pushes and replies through a bounded queue to
-//! its [`crate::transport::writer`], and the idle timeout and drain.
+//! its [`crate::transport::writer`]. The registry closes idle connections and drains them
+//! ([`crate::connections`]).
 //! [`crate::transport::ws`] and [`crate::transport::tcp`] adapt their framing to [`Inbound`] and a frame sink.
 
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use tracing::Instrument as _;
 use crate::{
     Gateway,
     admission::Unauthenticated,
-    connections::Handle,
+    connections::{Handle, Signals},
     session::{self, Session},
     transport::frames,
     transport::queue,
@@ -169,8 +170,8 @@ where
         platform,
     } = auth;
     drop(token);
-    let regroup = Arc::new(tokio::sync::Notify::new());
-    let conn_id = admit(&gateway, &tx, &close, (request_id, user), &regroup)?;
+    let signals = Arc::<Signals>::default();
+    let conn_id = admit(&gateway, &tx, &close, (request_id, user), &signals)?;
     let device = Device {
         user_id: user,
         device_id,
@@ -187,7 +188,7 @@ where
         tx,
         close,
         session,
-        regroup,
+        signals,
         in_flight: Arc::new(Semaphore::new(IN_FLIGHT)),
         refreshed: Instant::now(),
     }))
@@ -201,8 +202,7 @@ struct Reading<R> {
     tx: queue::Sender,
     close: CancellationToken,
     session: Session,
-    /// Woken to re-list the super groups followed.
-    regroup: Arc<tokio::sync::Notify>,
+    signals: Arc<Signals>,
     /// Requests other than sends and acks, handled beside the reader.
     in_flight: Arc<Semaphore>,
     limit: FrameLimit,
@@ -265,31 +265,23 @@ enum Woke {
     Inbound(Option<Inbound>),
     Closed,
     Regroup,
-    /// No frame for the idle timeout.
-    Idle,
 }
 
-async fn wait<R>(
-    reader: &mut R,
-    close: &CancellationToken,
-    regroup: &tokio::sync::Notify,
-    idle: std::time::Duration,
-) -> Woke
+async fn wait<R>(reader: &mut R, close: &CancellationToken, regroup: &tokio::sync::Notify) -> Woke
 where
     R: Stream<Item = Inbound> + Unpin,
 {
     tokio::select! {
         () = close.cancelled() => Woke::Closed,
         () = regroup.notified() => Woke::Regroup,
-        inbound = tokio::time::timeout(idle, reader.next()) => inbound.map_or(Woke::Idle, Woke::Inbound),
+        inbound = reader.next() => Woke::Inbound(inbound),
     }
 }
 
 impl<R: Stream<Item = Inbound> + Unpin> Reading<R> {
     async fn read_frames(&mut self) {
-        let idle = self.gateway.config.idle_timeout();
         loop {
-            let woke = wait(&mut self.reader, &self.close, &self.regroup, idle).await;
+            let woke = wait(&mut self.reader, &self.close, &self.signals.regroup).await;
             let frame = match woke {
                 Woke::Closed | Woke::Inbound(None) => return,
                 Woke::Regroup => {
@@ -297,15 +289,10 @@ impl<R: Stream<Item = Inbound> + Unpin> Reading<R> {
                     tokio::spawn(refollow(self.session.clone(), connections));
                     continue;
                 }
-                Woke::Idle => {
-                    let why = format!("idle: no frame for {idle:?}");
-                    say(
-                        &self.tx,
-                        frames::error(0, Code::DeadlineExceeded, why, true),
-                    );
-                    return;
+                Woke::Inbound(Some(inbound)) => {
+                    self.signals.read();
+                    inbound
                 }
-                Woke::Inbound(Some(inbound)) => inbound,
             };
             let request = match self.take(frame) {
                 Taken::Done => continue,
@@ -429,7 +416,7 @@ fn admit(
     tx: &queue::Sender,
     close: &CancellationToken,
     (request_id, user): (u64, i64),
-    regroup: &Arc<tokio::sync::Notify>,
+    signals: &Arc<Signals>,
 ) -> Option<u64> {
     let admission = &gateway.admission;
     if let Err(refused) = admission.check_capacity(gateway.connections.len()) {
@@ -440,7 +427,7 @@ fn admit(
         user,
         frames: tx.clone(),
         close: close.clone(),
-        regroup: regroup.clone(),
+        signals: signals.clone(),
     };
     let limits = admission.limits();
     let Some(inserted) =

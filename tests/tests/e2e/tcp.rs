@@ -3,7 +3,8 @@
 //! gets an error frame and the connection goes on; an oversized or foreign header, a bad
 //! first frame and a truncated frame end only their own connection; presence queries show
 //! a TCP device online until it leaves; a draining gateway tells devices on both
-//! transports to reconnect.
+//! transports to reconnect; a silent connection is closed after the idle timeout while a
+//! pinging one stays.
 
 use imesh_protos::{
     gateway::{Auth, ClientFrame, Ping, client_frame, server_frame::Body},
@@ -12,6 +13,7 @@ use imesh_protos::{
 };
 use imesh_tests::{Device, PATIENCE, Stores, TestCluster, device::tcp_header, eventually};
 use prost::Message as _;
+use std::time::{Duration, Instant};
 use tonic::Code;
 
 fn ping(request_id: u64) -> Vec<u8> {
@@ -193,4 +195,46 @@ async fn a_draining_gateway_tells_every_connected_device_to_reconnect() {
         .expect("the cluster stops")
         .unwrap()
         .expect("cleanly");
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_the_idle_timeout_and_a_pinging_one_stays() {
+    let env = TestCluster::start_with(Stores::Embedded, |spec| {
+        spec.gateway.idle_timeout_secs = 1;
+    })
+    .await;
+    let (_, alice_token) = env.user("alice").await;
+    let mut silent = env.tcp_device().await;
+    silent
+        .auth(&alice_token, "alice-silent")
+        .await
+        .expect("auth");
+    let mut pinging = env.signed_in(&alice_token, "alice-pinging").await;
+    let connected = Instant::now();
+    let e = tokio::select! {
+        e = silent.closing_error() => e,
+        () = keep_alive(&mut pinging) => unreachable!("keep_alive never ends"),
+    };
+    assert_eq!(e.code, Code::DeadlineExceeded as u32, "{e:?}");
+    assert!(e.message.starts_with("idle:"), "{e:?}");
+    assert!(
+        connected.elapsed() >= Duration::from_secs(1),
+        "closed early"
+    );
+    // The pinging device outlives the timeout by more than a sweep.
+    let a_timeout_later =
+        tokio::time::timeout(Duration::from_millis(1500), keep_alive(&mut pinging));
+    assert!(
+        a_timeout_later.await.is_err(),
+        "the pinging device kept going"
+    );
+    assert!(matches!(pinging.ping().await, Body::Pong(_)));
+}
+
+/// Pings every 200 ms, as a client keeping its connection alive does, until dropped.
+async fn keep_alive(device: &mut Device) {
+    loop {
+        assert!(matches!(device.ping().await, Body::Pong(_)));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
