@@ -10,6 +10,8 @@ pub struct Sample {
     pub cpu: Duration,
     pub rss_bytes: u64,
     pub kernel_bytes: u64,
+    /// The part of `kernel_bytes` in socket objects (0 when /proc/slabinfo is unreadable).
+    pub socket_bytes: u64,
 }
 
 /// Reads `pids` now; `None` when /proc cannot tell (not Linux, a pid gone).
@@ -28,6 +30,7 @@ pub(super) fn sample(pids: &[u32]) -> Option<Sample> {
         out.rss_bytes += kib_field(&status, "VmRSS:")? * 1024;
     }
     out.kernel_bytes = kernel_bytes().unwrap_or(0);
+    out.socket_bytes = socket_bytes().unwrap_or(0);
     Some(out)
 }
 
@@ -44,6 +47,37 @@ fn kernel_bytes() -> Option<u64> {
         .ok()?;
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     Some(tcp_pages * 4096 + kib_field(&meminfo, "Slab:")? * 1024)
+}
+
+/// Slab caches a TCP connection's socket is made of.
+const SOCKET_CACHES: [&str; 7] = [
+    "TCP",
+    "TCPv6",
+    "sock_inode_cache",
+    "filp",
+    "dentry",
+    "eventpoll_epi",
+    "eventpoll_pwq",
+];
+
+/// Bytes in the slab objects of sockets (`/proc/slabinfo`: active objects × object size;
+/// readable by root only).
+fn socket_bytes() -> Option<u64> {
+    let slabinfo = std::fs::read_to_string("/proc/slabinfo").ok()?;
+    let bytes = slabinfo
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let name = fields.next()?;
+            if !SOCKET_CACHES.contains(&name) {
+                return None;
+            }
+            let active: u64 = fields.next()?.parse().ok()?;
+            let size: u64 = fields.nth(1)?.parse().ok()?;
+            Some(active * size)
+        })
+        .sum();
+    Some(bytes)
 }
 
 fn kib_field(text: &str, name: &str) -> Option<u64> {

@@ -73,6 +73,9 @@ pub struct Server {
     /// Growth of kernel socket and slab memory per connection, machine-wide: both ends of
     /// each connection when the load tool runs on the same machine.
     pub kernel_bytes_per_connection: f64,
+    /// The part of it in socket objects (TCP sockets, their inodes, files, dentries and
+    /// epoll entries; from /proc/slabinfo, 0 when unreadable): both ends too.
+    pub socket_bytes_per_connection: f64,
 }
 
 impl Server {
@@ -97,6 +100,7 @@ impl Server {
             rss_bytes: after.rss_bytes,
             rss_bytes_per_connection: per_connection(idle.rss_bytes, busy.rss_bytes),
             kernel_bytes_per_connection: per_connection(idle.kernel_bytes, busy.kernel_bytes),
+            socket_bytes_per_connection: per_connection(idle.socket_bytes, busy.socket_bytes),
         }
     }
 }
@@ -197,11 +201,15 @@ impl Report {
             rows.push((
                 "server memory",
                 format!(
-                    "{:.1} MiB RSS; per connection {:.0} B RSS + {:.0} B kernel \
+                    "{:.1} MiB RSS; per connection {:.0} B RSS + {:.0} B kernel{} \
                      (machine-wide: both ends when the tool runs beside the server)",
                     s.rss_bytes as f64 / 1048576.0,
                     s.rss_bytes_per_connection,
-                    s.kernel_bytes_per_connection
+                    s.kernel_bytes_per_connection,
+                    match s.socket_bytes_per_connection {
+                        0.0 => String::new(),
+                        sockets => format!(", {sockets:.0} B of it socket objects"),
+                    }
                 ),
             ));
         }
