@@ -410,6 +410,29 @@ const STREAM_WINDOW: u32 = 1 << 20;
 /// How often a balanced channel looks its host name up again.
 const RESOLVE_EVERY: Duration = Duration::from_secs(10);
 
+/// The most one internal call should carry, well under the 4 MiB a server decodes: a
+/// batch bigger than this goes as several calls ([`runs_within`]).
+pub const MAX_CALL_BYTES: usize = 1 << 20;
+
+/// Splits `items`, in order, into runs whose `size`s add up to at most `max` bytes (an
+/// item larger than `max` makes a run of its own): one call each.
+pub fn runs_within<T>(items: Vec<T>, max: usize, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+    let mut runs: Vec<Vec<T>> = Vec::new();
+    let mut bytes = 0;
+    for item in items {
+        let len = size(&item);
+        match runs.last_mut() {
+            Some(run) if bytes + len <= max => run.push(item),
+            _ => {
+                runs.push(vec![item]);
+                bytes = 0;
+            }
+        }
+        bytes += len;
+    }
+    runs
+}
+
 /// A plaintext channel to `addr` (tools and tests; services use [`Peers::channel`]).
 pub fn channel(addr: &str) -> anyhow::Result<Channel> {
     Peers::default().channel(addr)
@@ -589,6 +612,13 @@ mod tests {
     use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
     use super::*;
+
+    #[test]
+    fn runs_stay_within_their_bytes_in_order_and_an_oversized_item_goes_alone() {
+        let runs = runs_within(vec![3, 4, 2, 9, 1, 1], 6, |n| *n);
+        assert_eq!(runs, vec![vec![3], vec![4, 2], vec![9], vec![1, 1]]);
+        assert!(runs_within(Vec::<usize>::new(), 6, |n| *n).is_empty());
+    }
 
     async fn serving() -> (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

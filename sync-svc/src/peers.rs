@@ -8,7 +8,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use imesh_kit::grpc::Channel;
+use imesh_kit::grpc::{Channel, MAX_CALL_BYTES, runs_within};
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     group::{
@@ -40,24 +40,28 @@ impl NotifyNotifier {
 
 #[async_trait::async_trait]
 impl Notifier for NotifyNotifier {
+    /// One call per [`MAX_CALL_BYTES`], one after another: a big group's batch would
+    /// pass the limit notify-svc decodes, and a user's entries split across calls keep
+    /// their order.
     async fn deliver(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
-        let deliveries = deliveries
+        let deliveries: Vec<Delivery> = deliveries
             .into_iter()
-            .map(|(user_id, entries)| Delivery {
-                user_id,
-                entries: entries
+            .flat_map(|(user_id, entries)| {
+                let entries = entries.into_iter().map(|e| RawEntry {
+                    sync_seq: e.sync_seq,
+                    event: e.payload,
+                });
+                runs_within(entries.collect(), MAX_CALL_BYTES, framed_len)
                     .into_iter()
-                    .map(|e| RawEntry {
-                        sync_seq: e.sync_seq,
-                        event: e.payload,
-                    })
-                    .collect(),
+                    .map(move |entries| Delivery { user_id, entries })
             })
             .collect();
-        let request = self
-            .caller
-            .request(Actor::System, DeliverRequest { deliveries });
-        self.client.clone().deliver(request).await?;
+        for deliveries in runs_within(deliveries, MAX_CALL_BYTES, framed_len) {
+            let request = self
+                .caller
+                .request(Actor::System, DeliverRequest { deliveries });
+            self.client.clone().deliver(request).await?;
+        }
         Ok(())
     }
 
@@ -149,4 +153,9 @@ impl Memberships for GroupMemberships {
         maps.insert(group, (Instant::now(), map.clone()));
         Ok(map)
     }
+}
+
+/// A message's bytes as an item of a repeated field (its tag and length included).
+fn framed_len(message: &impl prost::Message) -> usize {
+    message.encoded_len() + 8
 }

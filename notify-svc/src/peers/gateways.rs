@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use imesh_kit::grpc::{Channel, Peers};
+use imesh_kit::grpc::{Channel, MAX_CALL_BYTES, Peers, runs_within};
 use imesh_kit::identity::{Actor, Caller};
 use imesh_protos::{
     gateway::{self as pb, gateway_service_client::GatewayServiceClient},
@@ -42,30 +42,36 @@ impl GrpcGateways {
 
 #[async_trait::async_trait]
 impl Gateways for GrpcGateways {
+    /// One call per [`MAX_CALL_BYTES`], one after another: a big group's batch would
+    /// pass the limit the gateway decodes, and a connection's entries split across calls
+    /// keep their order.
     async fn push(&self, addr: &str, pushes: Vec<ConnectionPush>) -> anyhow::Result<Vec<u64>> {
-        let pushes = pushes
+        let pushes: Vec<pb::ConnectionPush> = pushes
             .into_iter()
-            .map(|p| pb::ConnectionPush {
-                conn_id: p.conn_id,
-                entries: p
-                    .entries
+            .flat_map(|p| {
+                let conn_id = p.conn_id;
+                let entries = p.entries.into_iter().map(|e| RawEntry {
+                    sync_seq: e.sync_seq,
+                    event: e.event,
+                });
+                runs_within(entries.collect(), MAX_CALL_BYTES, framed_len)
                     .into_iter()
-                    .map(|e| RawEntry {
-                        sync_seq: e.sync_seq,
-                        event: e.event,
-                    })
-                    .collect(),
+                    .map(move |entries| pb::ConnectionPush { conn_id, entries })
             })
             .collect();
-        let request = self.caller.request(
-            Actor::System,
-            pb::PushRequest {
-                pushes,
-                group_events: vec![],
-            },
-        );
-        let response = self.client(addr)?.push(request).await?;
-        Ok(response.into_inner().gone_conn_ids)
+        let mut gone = Vec::new();
+        for pushes in runs_within(pushes, MAX_CALL_BYTES, framed_len) {
+            let request = self.caller.request(
+                Actor::System,
+                pb::PushRequest {
+                    pushes,
+                    group_events: vec![],
+                },
+            );
+            let response = self.client(addr)?.push(request).await?;
+            gone.extend(response.into_inner().gone_conn_ids);
+        }
+        Ok(gone)
     }
 
     async fn push_groups(&self, addr: &str, events: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
@@ -91,4 +97,9 @@ impl Gateways for GrpcGateways {
         self.client(addr)?.kick(request).await?;
         Ok(())
     }
+}
+
+/// A message's bytes as an item of a repeated field (its tag and length included).
+fn framed_len(message: &impl prost::Message) -> usize {
+    message.encoded_len() + 8
 }
