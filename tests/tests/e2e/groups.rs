@@ -9,8 +9,8 @@ use imesh_kit::identity::Actor;
 use imesh_protos::{
     gateway::server_frame::Body,
     group::{
-        CreateGroupRequest, GetMembersRequest, GroupChanged, InviteMembersRequest,
-        KickMembersRequest, MuteAllRequest, SetAdminRequest,
+        CreateGroupRequest, GetMembersRequest, GroupChanged, ImportMembersRequest,
+        InviteMembersRequest, KickMembersRequest, MuteAllRequest, SetAdminRequest,
         group_service_client::GroupServiceClient,
     },
     message::content,
@@ -228,4 +228,37 @@ async fn group_messages_follow_membership_mute_recall_and_join_seq() {
     for stores in Stores::available() {
         scenario(stores).await;
     }
+}
+
+#[tokio::test]
+async fn a_long_message_to_a_thousand_member_group_is_pushed_not_only_pullable() {
+    let env = TestCluster::start(Stores::Embedded).await;
+    let (owner, owner_token) = env.user("owner").await;
+    let (member, member_token) = env.user("member").await;
+    let create = CreateGroupRequest {
+        name: "everyone".into(),
+        max_member: 1000,
+        ..Default::default()
+    };
+    let group = env.create_group(owner, create).await;
+    // Ids that are no users of this cluster (far below its snowflake ids) fill the group
+    // to 1,000 members: each gets an inbox entry, as a member would.
+    let import = ImportMembersRequest {
+        group_id: group,
+        user_ids: std::iter::once(member).chain(1..=998).collect(),
+    };
+    GroupServiceClient::new(env.channel(env.cluster.addrs.group))
+        .import_members(env.caller.request(Actor::System, import))
+        .await
+        .expect("imported");
+    let mut sender = env.signed_in(&owner_token, "owner-phone").await;
+    let mut reader = env.signed_in(&member_token, "member-phone").await;
+    // 1,000 entries of 11 KB: one batch of 11 MB for the live hops, past what one call
+    // may carry.
+    let text = "x".repeat(11 * 1024);
+    assert!(matches!(
+        sender.send_group_text(group, "long-1", &text).await,
+        Body::SendAck(_)
+    ));
+    pushed_text(&mut reader, &text).await;
 }
