@@ -2,7 +2,7 @@
 //! `imesh.sync.v1.Fanout`s, appended to their recipients' inboxes by sync-svc's `Append`
 //! (idempotent per event id, as [`Sink`] requires).
 
-use crate::grpc::Channel;
+use crate::grpc::{Channel, MAX_CALL_BYTES, runs_within};
 use imesh_protos::sync::{AppendRequest, Fanout, sync_service_client::SyncServiceClient};
 use prost::Message as _;
 
@@ -36,8 +36,15 @@ impl Sink for SyncSink {
                 }
             }
         }
-        let request = self.caller.request(Actor::System, AppendRequest { events });
-        self.client.clone().append(request).await?;
+        // In calls of at most MAX_CALL_BYTES, one after another (order kept): a batch of
+        // long messages to large groups would pass what sync-svc decodes, fail whole, and
+        // be retried whole for ever. Append is idempotent, so a retry after a partial
+        // failure is safe.
+        let framed_len = |event: &Fanout| event.encoded_len() + 8;
+        for events in runs_within(events, MAX_CALL_BYTES, framed_len) {
+            let request = self.caller.request(Actor::System, AppendRequest { events });
+            self.client.clone().append(request).await?;
+        }
         Ok(())
     }
 }
