@@ -42,6 +42,14 @@ pub struct Handle {
     pub signals: std::sync::Arc<Signals>,
 }
 
+impl Handle {
+    /// Queues `frame` (a final error), then closes the connection.
+    fn farewell(&self, frame: Bytes) {
+        let _ = self.frames.try_send(Out::Frame(frame));
+        self.close.cancel();
+    }
+}
+
 /// What the registry and a connection's reader tell each other.
 pub struct Signals {
     /// Woken when a push tells the user a super group of theirs changed: the connection
@@ -197,8 +205,7 @@ impl Connections {
     /// a drain).
     pub fn kick_all(&self, frame: &Bytes) {
         for handle in self.open.read().values() {
-            let _ = handle.frames.try_send(Out::Frame(frame.clone()));
-            handle.close.cancel();
+            handle.farewell(frame.clone());
         }
     }
 
@@ -217,29 +224,22 @@ impl Connections {
     }
 
     /// Writes `frame` (a final error) to every connection that read nothing for `idle`,
-    /// then closes them; returns how many. One sweep of the registry replaces a timer
-    /// per idle connection.
-    pub fn close_idle(&self, idle: std::time::Duration, frame: &Bytes) -> usize {
+    /// then closes them. One sweep of the registry replaces a timer per idle connection.
+    pub fn close_idle(&self, idle: std::time::Duration, frame: &Bytes) {
         let cutoff = clock_ms().saturating_sub(idle.as_millis() as u64);
-        let mut closed = 0;
         for handle in self.open.read().values() {
             let last_read = handle.signals.last_read_ms.load(Ordering::Relaxed);
             if last_read < cutoff && !handle.close.is_cancelled() {
-                let _ = handle.frames.try_send(Out::Frame(frame.clone()));
-                handle.close.cancel();
-                closed += 1;
+                handle.farewell(frame.clone());
             }
         }
-        closed
     }
 
     /// Writes `frame` (a final error) to connection `id`, then closes it.
     pub fn kick(&self, id: u64, frame: Bytes) {
-        let Some(handle) = self.open.read().get(&id).cloned() else {
-            return;
-        };
-        let _ = handle.frames.try_send(Out::Frame(frame));
-        handle.close.cancel();
+        if let Some(handle) = self.open.read().get(&id) {
+            handle.farewell(frame);
+        }
     }
 
     /// Queues `frame` on connection `id`; false when the connection is gone or too slow

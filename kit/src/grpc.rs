@@ -414,13 +414,15 @@ const RESOLVE_EVERY: Duration = Duration::from_secs(10);
 /// batch bigger than this goes as several calls ([`runs_within`]).
 pub const MAX_CALL_BYTES: usize = 1 << 20;
 
-/// Splits `items`, in order, into runs whose `size`s add up to at most `max` bytes (an
-/// item larger than `max` makes a run of its own): one call each.
-pub fn runs_within<T>(items: Vec<T>, max: usize, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+/// Splits `items` (the elements of a repeated field), in order, into runs whose encoded
+/// sizes add up to at most `max` bytes (an item larger than `max` makes a run of its
+/// own): one call each.
+pub fn runs_within<T: prost::Message>(items: Vec<T>, max: usize) -> Vec<Vec<T>> {
     let mut runs: Vec<Vec<T>> = Vec::new();
     let mut bytes = 0;
     for item in items {
-        let len = size(&item);
+        // The element's tag and length prefix included.
+        let len = item.encoded_len() + 8;
         match runs.last_mut() {
             Some(run) if bytes + len <= max => run.push(item),
             _ => {
@@ -615,9 +617,24 @@ mod tests {
 
     #[test]
     fn runs_stay_within_their_bytes_in_order_and_an_oversized_item_goes_alone() {
-        let runs = runs_within(vec![3, 4, 2, 9, 1, 1], 6, |n| *n);
-        assert_eq!(runs, vec![vec![3], vec![4, 2], vec![9], vec![1, 1]]);
-        assert!(runs_within(Vec::<usize>::new(), 6, |n| *n).is_empty());
+        use imesh_protos::sync::RawEntry;
+        // An entry of `n` event bytes encodes as n + 2, plus 8 counted for its framing.
+        let entry = |n: usize| RawEntry {
+            sync_seq: 0,
+            event: vec![n as u8; n].into(),
+        };
+        let sizes = |runs: Vec<Vec<RawEntry>>| -> Vec<Vec<usize>> {
+            let lens = |run: Vec<RawEntry>| run.iter().map(|e| e.event.len()).collect();
+            runs.into_iter().map(lens).collect()
+        };
+        let runs = runs_within([30, 40, 20, 90, 10, 10].map(entry).to_vec(), 65);
+        assert_eq!(
+            sizes(runs),
+            vec![vec![30], vec![40], vec![20], vec![90], vec![10, 10]]
+        );
+        let runs = runs_within([20, 20, 50].map(entry).to_vec(), 65);
+        assert_eq!(sizes(runs), vec![vec![20, 20], vec![50]]);
+        assert!(runs_within(Vec::<RawEntry>::new(), 65).is_empty());
     }
 
     async fn serving() -> (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) {

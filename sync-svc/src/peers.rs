@@ -51,12 +51,12 @@ impl Notifier for NotifyNotifier {
                     sync_seq: e.sync_seq,
                     event: e.payload,
                 });
-                runs_within(entries.collect(), MAX_CALL_BYTES, framed_len)
+                runs_within(entries.collect(), MAX_CALL_BYTES)
                     .into_iter()
                     .map(move |entries| Delivery { user_id, entries })
             })
             .collect();
-        for deliveries in runs_within(deliveries, MAX_CALL_BYTES, framed_len) {
+        for deliveries in runs_within(deliveries, MAX_CALL_BYTES) {
             let request = self
                 .caller
                 .request(Actor::System, DeliverRequest { deliveries });
@@ -153,9 +153,4 @@ impl Memberships for GroupMemberships {
         maps.insert(group, (Instant::now(), map.clone()));
         Ok(map)
     }
-}
-
-/// A message's bytes as an item of a repeated field (its tag and length included).
-fn framed_len(message: &impl prost::Message) -> usize {
-    message.encoded_len() + 8
 }

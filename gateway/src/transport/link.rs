@@ -251,10 +251,7 @@ async fn open(
             tracing::warn!(error = %status, "registering presence failed");
             let why = "presence unavailable; reconnect later";
             say(tx, frames::error(0, Code::Unavailable, why, true));
-            gateway.connections.remove(conn_id);
-            if let Err(status) = gateway.backends.offline(session.device.clone()).await {
-                tracing::warn!(error = %status, "clearing presence failed; it expires with its TTL");
-            }
+            unregister(gateway, session.device).await;
             None
         }
     }
@@ -276,6 +273,16 @@ where
         () = regroup.notified() => Woke::Regroup,
         inbound = reader.next() => Woke::Inbound(inbound),
     }
+}
+
+/// What became of one inbound frame.
+enum Taken {
+    /// Answered, queued (sends) or refused: read on.
+    Done,
+    /// The connection ends.
+    End,
+    /// A request to handle on a task of its own, with its span.
+    Request(Box<(pb::ClientFrame, tracing::Span)>),
 }
 
 impl<R: Stream<Item = Inbound> + Unpin> Reading<R> {
@@ -324,26 +331,11 @@ impl<R: Stream<Item = Inbound> + Unpin> Reading<R> {
 
     /// Unregisters the connection and its presence.
     async fn finish(self) {
-        self.gateway.connections.remove(self.session.device.conn_id);
-        if let Err(status) = self.gateway.backends.offline(self.session.device).await {
-            tracing::warn!(error = %status, "clearing presence failed; it expires with its TTL");
-        }
+        unregister(&self.gateway, self.session.device).await;
     }
-}
 
-/// What became of one inbound frame.
-enum Taken {
-    /// Answered, queued (sends) or refused: read on.
-    Done,
-    /// The connection ends.
-    End,
-    /// A request to handle on a task of its own, with its span.
-    Request(Box<(pb::ClientFrame, tracing::Span)>),
-}
-
-/// Takes one inbound frame: refusals, the frame limit, the presence refresh, sends and acks
-/// at once; anything else is returned to be handled beside the reader.
-impl<R> Reading<R> {
+    /// Takes one inbound frame: refusals, the frame limit, the presence refresh, sends and
+    /// acks at once; anything else is returned to be handled beside the reader.
     fn take(&mut self, inbound: Inbound) -> Taken {
         let (session, tx, limit) = (&self.session, &self.tx, &self.limit);
         let frame = match inbound {
@@ -405,6 +397,14 @@ impl<R> Reading<R> {
             }
             frame => Taken::Request(Box::new((frame, span))),
         }
+    }
+}
+
+/// Takes a connection out of the registry and its device out of presence.
+async fn unregister(gateway: &Gateway, device: Device) {
+    gateway.connections.remove(device.conn_id);
+    if let Err(status) = gateway.backends.offline(device).await {
+        tracing::warn!(error = %status, "clearing presence failed; it expires with its TTL");
     }
 }
 

@@ -40,17 +40,16 @@ where
     // A block, not an `async fn`: an async fn's arguments would be stored twice in its
     // state (as arguments, then as locals).
     async move {
-        loop {
-            let stop = match step(&mut sink, &rx, &mut window, &close, &mut timer).await {
-                Ok(()) => continue,
-                Err(stop) => stop,
-            };
-            return match stop {
-                Stop::GiveUp(why) => Box::pin(give_up(sink, &close, why)).await,
-                Stop::Closed => Box::pin(finish(sink, Some(rx))).await,
-                Stop::Gone => Box::pin(finish(sink, None)).await,
-                Stop::Broken => {}
-            };
+        let stop = loop {
+            if let Err(stop) = step(&mut sink, &rx, &mut window, &close, &mut timer).await {
+                break stop;
+            }
+        };
+        match stop {
+            Stop::GiveUp(why) => Box::pin(give_up(sink, &close, why)).await,
+            Stop::Closed => Box::pin(finish(sink, Some(rx))).await,
+            Stop::Gone => Box::pin(finish(sink, None)).await,
+            Stop::Broken => {}
         }
     }
 }
@@ -80,8 +79,11 @@ where
 {
     match (window.due(), timer.as_mut()) {
         (None, _) => *timer = None,
-        (Some(due), Some(timer)) if timer.deadline() != due => timer.as_mut().reset(due),
-        (Some(_), Some(_)) => {}
+        (Some(due), Some(timer)) => {
+            if timer.deadline() != due {
+                timer.as_mut().reset(due);
+            }
+        }
         (Some(due), None) => *timer = Some(Box::pin(tokio::time::sleep_until(due))),
     }
     let batch = match next(rx, close, timer.as_mut()).await {

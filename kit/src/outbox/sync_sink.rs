@@ -40,8 +40,7 @@ impl Sink for SyncSink {
         // long messages to large groups would pass what sync-svc decodes, fail whole, and
         // be retried whole for ever. Append is idempotent, so a retry after a partial
         // failure is safe.
-        let framed_len = |event: &Fanout| event.encoded_len() + 8;
-        for events in runs_within(events, MAX_CALL_BYTES, framed_len) {
+        for events in runs_within(events, MAX_CALL_BYTES) {
             let request = self.caller.request(Actor::System, AppendRequest { events });
             self.client.clone().append(request).await?;
         }

@@ -54,13 +54,13 @@ impl Gateways for GrpcGateways {
                     sync_seq: e.sync_seq,
                     event: e.event,
                 });
-                runs_within(entries.collect(), MAX_CALL_BYTES, framed_len)
+                runs_within(entries.collect(), MAX_CALL_BYTES)
                     .into_iter()
                     .map(move |entries| pb::ConnectionPush { conn_id, entries })
             })
             .collect();
         let mut gone = Vec::new();
-        for pushes in runs_within(pushes, MAX_CALL_BYTES, framed_len) {
+        for pushes in runs_within(pushes, MAX_CALL_BYTES) {
             let request = self.caller.request(
                 Actor::System,
                 pb::PushRequest {
@@ -97,9 +97,4 @@ impl Gateways for GrpcGateways {
         self.client(addr)?.kick(request).await?;
         Ok(())
     }
-}
-
-/// A message's bytes as an item of a repeated field (its tag and length included).
-fn framed_len(message: &impl prost::Message) -> usize {
-    message.encoded_len() + 8
 }
