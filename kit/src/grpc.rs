@@ -418,21 +418,8 @@ pub const MAX_CALL_BYTES: usize = 1 << 20;
 /// sizes add up to at most `max` bytes (an item larger than `max` makes a run of its
 /// own): one call each.
 pub fn runs_within<T: prost::Message>(items: Vec<T>, max: usize) -> Vec<Vec<T>> {
-    let mut runs: Vec<Vec<T>> = Vec::new();
-    let mut bytes = 0;
-    for item in items {
-        // The element's tag and length prefix included.
-        let len = item.encoded_len() + 8;
-        match runs.last_mut() {
-            Some(run) if bytes + len <= max => run.push(item),
-            _ => {
-                runs.push(vec![item]);
-                bytes = 0;
-            }
-        }
-        bytes += len;
-    }
-    runs
+    // The element's tag and length prefix included.
+    crate::runs::within(items, max, |item| item.encoded_len() + 8)
 }
 
 /// A plaintext channel to `addr` (tools and tests; services use [`Peers::channel`]).

@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod outbox;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod runs;
 #[cfg(all(feature = "sql", feature = "redis"))]
 pub mod seq;
 #[cfg(feature = "sql")]

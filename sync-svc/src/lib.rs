@@ -61,7 +61,8 @@ pub struct Config {
     /// edited and recalled, group and friendship changes, POSTed in batches from an outbox
     /// written with them, at least once.
     pub webhooks: imesh_kit::config::HookConfig,
-    /// Events one webhook call carries at most.
+    /// Events one webhook call carries at most (and 1 MiB of them: a longer batch goes as
+    /// several calls).
     pub webhook_batch: u64,
 }
 
