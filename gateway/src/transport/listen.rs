@@ -22,6 +22,7 @@ use tokio_util::{either::Either, sync::CancellationToken};
 
 use imesh_kit::tls::Tls;
 
+use super::spare::SpareReader;
 use crate::admission::{Admission, Refused, Unauthenticated};
 
 /// A client's byte stream, plain or TLS. The TLS state is boxed: inline, its size (about
@@ -228,12 +229,12 @@ impl Clients {
 }
 
 impl axum::serve::Listener for Clients {
-    type Io = ClientStream;
+    type Io = SpareReader<ClientStream>;
     type Addr = Client;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.incoming.recv().await {
-            Some(accepted) => accepted,
+            Some((stream, client)) => (SpareReader::new(stream), client),
             // The accept loop stopped (shutdown): wait for the server's own shutdown.
             None => std::future::pending().await,
         }

@@ -6,6 +6,7 @@ pub mod frames;
 pub mod link;
 pub mod listen;
 pub mod queue;
+pub mod spare;
 pub mod tcp;
 pub mod window;
 pub mod writer;

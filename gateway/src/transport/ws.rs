@@ -37,10 +37,11 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .with_state(gateway)
 }
 
-/// Initial read and write buffers per connection. Client frames are small, so idle
-/// connections stay small; a bigger frame grows the buffer as it arrives. (tungstenite's
-/// 128 KiB default made every idle connection cost 130 KB.)
-const SOCKET_BUFFER: usize = 512;
+/// The initial write buffer per connection. Client frames are small, so idle connections
+/// stay small; a bigger frame grows the buffer as it goes out. (tungstenite's 128 KiB
+/// default made every idle connection cost 130 KB.) There is no read buffer: the socket is
+/// read through [`crate::transport::spare`], which keeps nothing while a connection idles.
+const WRITE_BUFFER: usize = 512;
 
 /// Upgrades a client admission let in (at accept, [`crate::transport::listen`]); a client behind a
 /// trusted proxy, or a connection that lost its place (a second upgrade on it), asks
@@ -62,8 +63,8 @@ async fn upgrade(
         },
     };
     ws.max_message_size(gateway.config.max_frame_bytes)
-        .read_buffer_size(SOCKET_BUFFER)
-        .write_buffer_size(SOCKET_BUFFER)
+        .read_buffer_size(0)
+        .write_buffer_size(WRITE_BUFFER)
         .protocols([JSON_PROTOCOL])
         .on_upgrade(move |socket| {
             // A task of its own, sized for the connection: axum's upgrade task would hold
