@@ -85,7 +85,7 @@ pub struct Config {
     pub sends_in_flight: usize,
     /// Most `SendBatch` calls to message-svc out at once (see [`peers::sends`]).
     pub send_batches_in_flight: usize,
-    /// Most sends one batch carries.
+    /// Most sends one batch carries: 1–512, what message-svc takes in one call.
     pub send_batch_max: usize,
     /// Sends the gateway holds queued for message-svc; past that a send is refused at once.
     pub send_backlog: usize,
@@ -155,6 +155,17 @@ impl Config {
         Duration::from_secs(self.presence_refresh_secs)
     }
 
+    /// Refuses settings that cannot work, naming the setting.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let most = peers::sends::MAX_BATCH;
+        anyhow::ensure!(
+            (1..=most).contains(&self.send_batch_max),
+            "gateway.send_batch_max: must be 1–{most} (message-svc takes at most {most} sends a call), not {}",
+            self.send_batch_max
+        );
+        Ok(())
+    }
+
     pub fn send_limits(&self) -> peers::sends::Limits {
         peers::sends::Limits {
             batches_in_flight: self.send_batches_in_flight,
@@ -203,6 +214,7 @@ impl Service {
         grpc_listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> anyhow::Result<()> {
+        self.config.check()?;
         let advertise = match self.config.advertise_addr.as_str() {
             "" => advertised(grpc_listener.local_addr()?),
             addr => addr.to_owned(),
@@ -327,5 +339,23 @@ fn advertised(addr: SocketAddr) -> String {
         format!("127.0.0.1:{}", addr.port())
     } else {
         addr.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_size_message_svc_would_refuse_is_refused_at_start_naming_the_setting() {
+        assert!(Config::default().check().is_ok());
+        for size in [0, peers::sends::MAX_BATCH + 1] {
+            let config = Config {
+                send_batch_max: size,
+                ..Config::default()
+            };
+            let refused = config.check().unwrap_err().to_string();
+            assert!(refused.contains("gateway.send_batch_max"), "{refused}");
+        }
     }
 }
