@@ -216,7 +216,7 @@ impl Sends {
             Err(full) => {
                 let request = full.into_inner().request;
                 outlet.in_flight.fetch_sub(1, Ordering::AcqRel);
-                let batches_ahead = self.queue.len() / self.limits.batch_max.max(1) + 1;
+                let batches_ahead = self.queue.len() / self.limits.batch_max + 1;
                 let why = "send: the gateway is at capacity; retry after the wait".to_owned();
                 let refusal = (request_id, why, self.wait(batches_ahead));
                 Some(self.refuse_holding(outlet, (&request, place), refusal))
@@ -284,7 +284,7 @@ const BATCH_WORTH_SHARING: usize = 4;
 /// Takes sends off the queue in batches and keeps up to `batches_in_flight` of them out.
 async fn dispatch(carrier: Carrier, waiting: flume::Receiver<Queued>, limits: Limits) {
     let most_out = limits.batches_in_flight.max(1);
-    let batch_max = limits.batch_max.max(1);
+    let batch_max = limits.batch_max;
     let worth_sharing = (batch_max / BATCH_WORTH_SHARING).max(1);
     // Sends taken off the queue but not yet sent: at most two batches, so the queue's
     // bound still holds the rest back.
