@@ -3,7 +3,7 @@
 //! chart sets). A bad configuration is one clear error line. The list settings of
 //! [`LIST_KEYS`] take comma-separated values from the environment.
 
-use std::{fmt, net::SocketAddr, path::Path, time::Duration};
+use std::{collections::HashSet, fmt, net::SocketAddr, path::Path, time::Duration};
 
 use serde::{Deserialize, de::DeserializeOwned};
 
@@ -29,7 +29,9 @@ pub const LIST_KEYS: &[&str] = &[
 ];
 
 /// Loads `T` from `file` (if given) and the `IMESH__…` environment; absent keys keep
-/// `T::default()`'s values.
+/// `T::default()`'s values. A key that is none of `T`'s settings is named on stderr as
+/// ignored (e.g. `IMESH__DATABASE__CHECKPOINT_MS` for `imesh up`, whose databases are
+/// `message.database`, `sync.database`, …).
 pub fn load<T: DeserializeOwned + Default + serde::Serialize>(
     file: Option<&Path>,
 ) -> Result<T, config::ConfigError> {
@@ -46,7 +48,52 @@ pub fn load<T: DeserializeOwned + Default + serde::Serialize>(
     for key in LIST_KEYS {
         environment = environment.with_list_parse_key(key);
     }
-    builder.add_source(environment).build()?.try_deserialize()
+    let merged = builder.add_source(environment).build()?;
+    // Printed, not logged: logging is set up from what this returns.
+    for key in unknown_keys(&T::default(), &merged) {
+        let variable = format!("IMESH__{}", key.replace('.', "__").to_uppercase());
+        eprintln!("warning: {key} (or {variable}) is not one of this program's settings; ignored");
+    }
+    merged.try_deserialize()
+}
+
+/// The keys `merged` sets that `T` has no setting for: names that would otherwise be
+/// ignored without a word, such as a setting under the wrong section.
+fn unknown_keys<T: serde::Serialize>(defaults: &T, merged: &config::Config) -> Vec<String> {
+    // From serde, not from `config`, which leaves out empty lists.
+    fn known(prefix: &str, value: &serde_json::Value, out: &mut HashSet<String>) {
+        if let serde_json::Value::Object(fields) = value {
+            for (key, value) in fields {
+                let path = format!("{prefix}{key}");
+                known(&format!("{path}."), value, out);
+                out.insert(path);
+            }
+        }
+    }
+    fn set(prefix: &str, table: config::Map<String, config::Value>, out: &mut Vec<String>) {
+        for (key, value) in table {
+            let path = format!("{prefix}{key}");
+            match value.kind {
+                config::ValueKind::Table(inner) => set(&format!("{path}."), inner, out),
+                _ => out.push(path),
+            }
+        }
+    }
+    let mut settings = HashSet::new();
+    known(
+        "",
+        &serde_json::to_value(defaults).unwrap_or_default(),
+        &mut settings,
+    );
+    let mut keys = Vec::new();
+    set(
+        "",
+        merged.clone().try_deserialize().unwrap_or_default(),
+        &mut keys,
+    );
+    keys.retain(|key| !settings.contains(key));
+    keys.sort();
+    keys
 }
 
 /// Deserializes a list setting, dropping empty entries: a variable set to "" (the chart's
@@ -342,5 +389,45 @@ impl Default for HookConfig {
             timeout_ms: 2_000,
             ca_file: String::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default, Deserialize, serde::Serialize)]
+    #[serde(default)]
+    struct Settings {
+        port: u16,
+        message: Section,
+    }
+
+    #[derive(Default, Deserialize, serde::Serialize)]
+    #[serde(default)]
+    struct Section {
+        checkpoint_ms: u64,
+        peers: Vec<String>,
+    }
+
+    #[test]
+    fn keys_no_setting_has_are_found_and_known_ones_are_not() {
+        let defaults = config::Config::try_from(&Settings::default()).unwrap();
+        let file = "port = 1\n\
+                    [message]\ncheckpoint_ms = 5\npeers = [\"a\"]\n\
+                    [database]\ncheckpoint_ms = 9\n\
+                    [message.extra]\nx = 1\n";
+        let merged = config::Config::builder()
+            .add_source(defaults.clone())
+            .add_source(config::File::from_str(file, config::FileFormat::Toml))
+            .build()
+            .unwrap();
+
+        assert_eq!(
+            unknown_keys(&Settings::default(), &merged),
+            ["database.checkpoint_ms", "message.extra.x"]
+        );
+        let settings: Settings = merged.try_deserialize().unwrap();
+        assert_eq!(settings.message.checkpoint_ms, 5);
     }
 }

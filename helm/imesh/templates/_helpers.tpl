@@ -47,10 +47,6 @@ prometheus.io/scheme: {{ .scheme | lower }}
 - name: IMESH__TELEMETRY__OTLP_ENDPOINT
   value: {{ . | quote }}
 {{- end }}
-{{- with .Values.redis.url }}
-- name: IMESH__REDIS__URL
-  value: {{ . | quote }}
-{{- end }}
 {{- if .Values.internalTls.secretName }}
 - name: IMESH__GRPC__TLS__CERT_FILE
   value: /etc/imesh/internal-tls/tls.crt
