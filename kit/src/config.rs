@@ -70,11 +70,11 @@ fn unknown_keys<T: serde::Serialize>(defaults: &T, merged: &config::Config) -> V
             }
         }
     }
-    fn set(prefix: &str, table: config::Map<String, config::Value>, out: &mut Vec<String>) {
+    fn leaves(prefix: &str, table: config::Map<String, config::Value>, out: &mut Vec<String>) {
         for (key, value) in table {
             let path = format!("{prefix}{key}");
             match value.kind {
-                config::ValueKind::Table(inner) => set(&format!("{path}."), inner, out),
+                config::ValueKind::Table(inner) => leaves(&format!("{path}."), inner, out),
                 _ => out.push(path),
             }
         }
@@ -86,7 +86,7 @@ fn unknown_keys<T: serde::Serialize>(defaults: &T, merged: &config::Config) -> V
         &mut settings,
     );
     let mut keys = Vec::new();
-    set(
+    leaves(
         "",
         merged.clone().try_deserialize().unwrap_or_default(),
         &mut keys,

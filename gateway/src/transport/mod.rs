@@ -11,3 +11,7 @@ pub mod tcp;
 pub mod window;
 pub mod writer;
 pub mod ws;
+
+/// Bytes taken from a client's socket per read, into a buffer on the stack: a connection
+/// keeps only what it has not yet used (see [`spare`] and `tcp::io`).
+const READ_CHUNK: usize = 4096;

@@ -13,8 +13,7 @@ use std::{
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Bytes taken from the socket per read.
-const READ_CHUNK: usize = 4096;
+use super::READ_CHUNK;
 
 pub struct SpareReader<S> {
     io: S,

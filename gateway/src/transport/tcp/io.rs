@@ -14,10 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::codec::{Decoder, FramedWrite};
 
 use super::{FrameCodec, FramingError};
-use crate::transport::link::Inbound;
-
-/// Bytes taken from the socket per read.
-const READ_CHUNK: usize = 4096;
+use crate::transport::{READ_CHUNK, link::Inbound};
 
 /// The frames of a byte stream, as the connection takes them: I/O errors and EOF (a
 /// truncated frame included) end the stream; a framing error is reported once, then ends
