@@ -31,9 +31,11 @@ fn fanout(
     .encode_to_vec()
 }
 
-/// The idempotency key sync-svc dedups a message event on.
-pub fn message_event_id(message: &Message) -> String {
-    format!("m:{}:{}", message.conversation_id, message.seq)
+/// The idempotency key sync-svc dedups a message event on: its msg id, which grows with
+/// time, so each commit's new keys land together at the end of sync-svc's event index
+/// rather than on a page of their own per conversation.
+fn message_event_id(message: &Message) -> String {
+    format!("m:{}", message.msg_id)
 }
 
 /// The outbox payload for `message`, to be appended to each recipient's inbox.
