@@ -1,4 +1,5 @@
-//! Read fanout: super groups get no recipient lists, and members catch up by seq.
+//! What goes out to sync-svc: message events keyed on their msg ids; read fanout, where
+//! super groups get no recipient lists and members catch up by seq.
 
 use prost::Message as _;
 
@@ -17,6 +18,33 @@ fn to_super(client_msg_id: &str, mentioned: Vec<i64>) -> SendCommand {
         reply_to_seq: 0,
         forward: None,
     }
+}
+
+#[tokio::test]
+async fn message_events_are_keyed_on_their_msg_ids_later_ones_sorting_after() {
+    let (messages, outbox) = messages().await;
+    // Two conversations, interleaved.
+    let mut sent = Vec::new();
+    for (client_msg_id, to) in [("k1", None), ("k2", Some(Target::Group(7))), ("k3", None)] {
+        let mut command = text(client_msg_id, 2, "hi");
+        command.to = to.or(command.to);
+        sent.push(messages.send(u(1), command).await.unwrap());
+    }
+    let rows = outbox.pending(10).await.unwrap();
+    let keys: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            imesh_protos::sync::Fanout::decode(row.payload.as_slice())
+                .unwrap()
+                .event_id
+        })
+        .collect();
+    let expected: Vec<String> = sent.iter().map(|s| format!("m:{}", s.msg_id)).collect();
+    assert_eq!(keys, expected);
+    assert!(
+        keys.is_sorted(),
+        "sync-svc's event index takes each later message at its end: {keys:?}"
+    );
 }
 
 #[tokio::test]
