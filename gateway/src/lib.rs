@@ -157,7 +157,7 @@ impl Config {
 
     /// Refuses settings that cannot work, naming the setting.
     pub fn check(&self) -> anyhow::Result<()> {
-        let most = peers::sends::MAX_BATCH;
+        let most = imesh_protos::MAX_SEND_BATCH;
         anyhow::ensure!(
             (1..=most).contains(&self.send_batch_max),
             "gateway.send_batch_max: must be 1–{most} (message-svc takes at most {most} sends a call), not {}",
@@ -349,7 +349,7 @@ mod tests {
     #[test]
     fn a_batch_size_message_svc_would_refuse_is_refused_at_start_naming_the_setting() {
         assert!(Config::default().check().is_ok());
-        for size in [0, peers::sends::MAX_BATCH + 1] {
+        for size in [0, imesh_protos::MAX_SEND_BATCH + 1] {
             let config = Config {
                 send_batch_max: size,
                 ..Config::default()

@@ -54,6 +54,10 @@ pub mod imesh {
 pub use imesh::{gateway::v1 as gateway, group::v1 as group, message::v1 as message};
 pub use imesh::{notify::v1 as notify, relation::v1 as relation, sync::v1 as sync};
 
+/// The most sends one `imesh.message.v1.MessageService/SendBatch` call carries: message-svc
+/// refuses more, and a gateway batches no more.
+pub const MAX_SEND_BATCH: usize = 512;
+
 /// Encoded `FileDescriptorSet` of every imesh proto, for `tonic-reflection`.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/imesh_descriptor.bin"));

@@ -274,9 +274,6 @@ fn refused(request_id: u64, why: String, wait: Duration) -> Bytes {
     frames::status_with_wait(request_id, &status, wait.as_millis() as u64)
 }
 
-/// The most sends one `SendBatch` may carry: message-svc refuses more.
-pub const MAX_BATCH: usize = 512;
-
 /// The share of a batch's room that must be ready before it goes out beside another batch
 /// still out: fewer sends wait for that batch's answer and go with whatever queued meanwhile.
 const BATCH_WORTH_SHARING: usize = 4;
