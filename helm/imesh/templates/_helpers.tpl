@@ -22,6 +22,14 @@ prometheus.io/scheme: {{ .scheme | lower }}
 {{- default (printf "%s-imesh" .Release.Name) .Values.existingSecret }}
 {{- end }}
 
+{{/* Redis's URL, for the services and their migrations (the gateway has no setting for it). */}}
+{{- define "imesh.redisEnv" -}}
+{{- with .Values.redis.url -}}
+- name: IMESH__REDIS__URL
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+
 {{/* The in-cluster address of a service: its headless Service and gRPC port. */}}
 {{- define "imesh.addr" -}}
 {{- $svc := index .root.Values.services .name -}}
