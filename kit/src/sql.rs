@@ -258,3 +258,29 @@ pub fn upsert_query(
     insert.on_conflict(conflict);
     insert
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{Backend, fresh_sql};
+
+    /// The build's SQLite flags (`LIBSQLITE3_FLAGS` in `.cargo/config.toml`): no global
+    /// mutex around every allocation, no page-cache group shared by every connection.
+    #[tokio::test]
+    async fn the_bundled_sqlite_takes_no_process_wide_lock_per_allocation_or_page() {
+        let db = super::connect(&fresh_sql(Backend::Sqlite).await.unwrap())
+            .await
+            .unwrap();
+        let options: Vec<String> = sea_orm::sqlx::query_scalar("PRAGMA compile_options")
+            .fetch_all(db.get_sqlite_connection_pool())
+            .await
+            .unwrap();
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+            "{options:?}"
+        );
+        assert!(
+            !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+            "{options:?}"
+        );
+    }
+}
