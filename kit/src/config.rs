@@ -317,6 +317,10 @@ pub struct SqlConfig {
     /// (`kit/src/sql/checkpoints.rs`); 0 leaves it to SQLite, inside the commit that fills
     /// 1,000 WAL pages.
     pub checkpoint_ms: u64,
+    /// SQLite only: read-only connections beside `max_connections` for the reads that
+    /// need not wait behind writes (a send's idempotency lookup, history, search); 0
+    /// reads through the main pool.
+    pub read_connections: u32,
 }
 
 impl Default for SqlConfig {
@@ -325,6 +329,7 @@ impl Default for SqlConfig {
             url: Secret::new("sqlite://data/imesh.db?mode=rwc"),
             max_connections: 16,
             checkpoint_ms: 100,
+            read_connections: 2,
         }
     }
 }

@@ -31,33 +31,19 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
     } else {
         "1000"
     };
-    let mut options = ConnectOptions::new(url);
-    if url.starts_with("sqlite:") {
-        // A SQLite connection is a file handle: it cannot be dropped by a server, and a
-        // ping before every checkout is one more round trip to its worker thread.
-        options.test_before_acquire(false);
-    }
-    options
-        .max_connections(config.max_connections)
-        .connect_timeout(Duration::from_secs(5))
-        .acquire_timeout(Duration::from_secs(5))
-        // Every statement with its time at debug (`RUST_LOG=sqlx::query=debug`); any over
-        // a second as a warning.
-        .sqlx_logging(true)
-        .sqlx_logging_level(log::LevelFilter::Debug)
-        .sqlx_slow_statements_logging_settings(log::LevelFilter::Warn, Duration::from_secs(1))
-        .map_sqlx_sqlite_opts(move |o| {
-            use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
-            // A 64 MiB page cache (SQLite's default is 2 MiB): the hot index pages of
-            // messages, inboxes and read states stay in memory instead of being read back
-            // from the file on every batch.
-            o.journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
-                .busy_timeout(Duration::from_secs(10))
-                .pragma("cache_size", "-65536")
-                .pragma("temp_store", "memory")
-                .pragma("wal_autocheckpoint", autocheckpoint)
-        });
+    let mut options = options(url, config.max_connections);
+    options.map_sqlx_sqlite_opts(move |o| {
+        use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+        // A 64 MiB page cache (SQLite's default is 2 MiB): the hot index pages of
+        // messages, inboxes and read states stay in memory instead of being read back
+        // from the file on every batch.
+        o.journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .pragma("cache_size", "-65536")
+            .pragma("temp_store", "memory")
+            .pragma("wal_autocheckpoint", autocheckpoint)
+    });
     let db = Database::connect(options)
         .await
         .map_err(|e| anyhow::anyhow!("connecting to the database: {e}"))?;
@@ -66,6 +52,51 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
         checkpoints::spawn(url, pool, every, checkpoints::RESTART_FRAMES)?;
     }
     Ok(db)
+}
+
+/// The connections for reads that need not wait behind `db`'s writes. On a SQLite file
+/// with `read_connections` set, a read-only pool of its own: WAL lets its connections
+/// read the last commit while `db`'s writer commits the next, where one shared
+/// connection would queue every lookup behind the group commit. Elsewhere, `db` itself
+/// (a server's pool already reads beside its writers).
+pub async fn readers(
+    config: &SqlConfig,
+    db: &DatabaseConnection,
+) -> anyhow::Result<DatabaseConnection> {
+    let url = config.url.expose();
+    if sqlite_path(url).is_none() || config.read_connections == 0 {
+        return Ok(db.clone());
+    }
+    let mut options = options(url, config.read_connections);
+    options.map_sqlx_sqlite_opts(|o| {
+        // The writer set up WAL; a reader only looks, with a smaller cache of its own.
+        o.read_only(true)
+            .busy_timeout(Duration::from_secs(10))
+            .pragma("cache_size", "-16384")
+    });
+    Database::connect(options)
+        .await
+        .map_err(|e| anyhow::anyhow!("connecting the database's readers: {e}"))
+}
+
+/// What every pool of `url` shares: timeouts and statement logging.
+fn options(url: &str, connections: u32) -> ConnectOptions {
+    let mut options = ConnectOptions::new(url);
+    if url.starts_with("sqlite:") {
+        // A SQLite connection is a file handle: it cannot be dropped by a server, and a
+        // ping before every checkout is one more round trip to its worker thread.
+        options.test_before_acquire(false);
+    }
+    options
+        .max_connections(connections)
+        .connect_timeout(Duration::from_secs(5))
+        .acquire_timeout(Duration::from_secs(5))
+        // Every statement with its time at debug (`RUST_LOG=sqlx::query=debug`); any over
+        // a second as a warning.
+        .sqlx_logging(true)
+        .sqlx_logging_level(log::LevelFilter::Debug)
+        .sqlx_slow_statements_logging_settings(log::LevelFilter::Warn, Duration::from_secs(1));
+    options
 }
 
 /// Connects and brings the schema up to date with `M`'s migrations. The migrations run on
@@ -261,7 +292,89 @@ pub fn upsert_query(
 
 #[cfg(test)]
 mod tests {
-    use crate::testing::{Backend, fresh_sql};
+    use std::time::Duration;
+
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+
+    use crate::{
+        config::SqlConfig,
+        testing::{Backend, fresh_sql},
+    };
+
+    async fn count(db: &sea_orm::DatabaseConnection) -> i64 {
+        let row = tokio::time::timeout(
+            Duration::from_secs(2),
+            db.query_one_raw(sea_orm::Statement::from_string(
+                db.get_database_backend(),
+                "SELECT count(*) AS n FROM notes",
+            )),
+        )
+        .await
+        .expect("the read waited for the writer")
+        .unwrap()
+        .unwrap();
+        row.try_get("", "n").unwrap()
+    }
+
+    /// The embedded default's one connection is busy in a group commit's transaction:
+    /// a lookup through the readers neither waits for it nor sees it before it commits.
+    #[tokio::test]
+    async fn readers_of_a_sqlite_file_answer_while_its_writer_holds_a_transaction() {
+        let config = SqlConfig {
+            max_connections: 1,
+            ..fresh_sql(Backend::Sqlite).await.unwrap()
+        };
+        let db = super::connect(&config).await.unwrap();
+        db.execute_unprepared("CREATE TABLE notes (id INTEGER PRIMARY KEY)")
+            .await
+            .unwrap();
+        db.execute_unprepared("INSERT INTO notes (id) VALUES (1)")
+            .await
+            .unwrap();
+        let readers = super::readers(&config, &db).await.unwrap();
+        let writing = db.begin().await.unwrap();
+        writing
+            .execute_unprepared("INSERT INTO notes (id) VALUES (2)")
+            .await
+            .unwrap();
+        assert_eq!(count(&readers).await, 1);
+        writing.commit().await.unwrap();
+        assert_eq!(count(&readers).await, 2);
+        let refused = readers
+            .execute_unprepared("INSERT INTO notes (id) VALUES (3)")
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("readonly"), "{refused}");
+        assert_eq!(count(&db).await, 2);
+    }
+
+    /// On a server, and with `read_connections = 0`, reads share the main pool.
+    #[tokio::test]
+    async fn readers_elsewhere_are_the_main_pool() {
+        let mut backends = crate::testing::sql_backends();
+        backends.retain(|b| *b != Backend::Sqlite);
+        for (backend, read_connections) in backends
+            .into_iter()
+            .map(|b| (b, 2))
+            .chain([(Backend::Sqlite, 0)])
+        {
+            let config = SqlConfig {
+                read_connections,
+                ..fresh_sql(backend).await.unwrap()
+            };
+            let db = super::connect(&config).await.unwrap();
+            let readers = super::readers(&config, &db).await.unwrap();
+            readers
+                .execute_unprepared("CREATE TABLE notes (id INTEGER PRIMARY KEY)")
+                .await
+                .unwrap();
+            readers
+                .execute_unprepared("INSERT INTO notes (id) VALUES (1)")
+                .await
+                .unwrap();
+            assert_eq!(count(&db).await, 1, "{backend:?}");
+        }
+    }
 
     /// The build's SQLite flags (`LIBSQLITE3_FLAGS` in `.cargo/config.toml`): no global
     /// mutex around every allocation, no page-cache group shared by every connection.

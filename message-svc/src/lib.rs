@@ -180,6 +180,8 @@ pub struct Service {
     relay: Relay,
     registry: imesh_kit::metrics::Registry,
     db: sea_orm::DatabaseConnection,
+    /// The database's readers ([`imesh_kit::sql::readers`]).
+    reads: sea_orm::DatabaseConnection,
     node: NodeIds,
 }
 
@@ -196,6 +198,7 @@ impl Service {
     ) -> anyhow::Result<Self> {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
+        let reads = imesh_kit::sql::readers(&config.database, &db).await?;
         let node = NodeIds::new(&db, node_id, NODE_IDS).await?;
         let counters: Arc<dyn Counters> = match config.redis.url() {
             Some(url) => Arc::new(RedisCounters::new(
@@ -236,10 +239,10 @@ impl Service {
             hook: Arc::new(peers::hooks::AppServerCheck(hook)),
             fail_open: config.before_send_fail_open,
         });
-        let store = Arc::new(store::sql::SqlMessageStore::handing_off(
-            db.clone(),
-            relay.handoff(),
-        ));
+        let store = Arc::new(
+            store::sql::SqlMessageStore::handing_off(db.clone(), relay.handoff())
+                .reading_from(reads.clone()),
+        );
         let files = domain::Files {
             store: store.clone(),
             blobs: config.files.blobs(auth)?,
@@ -290,6 +293,7 @@ impl Service {
             relay,
             registry,
             db,
+            reads,
             node,
         })
     }
@@ -326,6 +330,7 @@ impl Service {
                 keeping.stop().await;
                 Ok(())
             })
+            .then_stop(imesh_kit::sql::close(self.reads))
             .then_stop(imesh_kit::sql::close(self.db))
             .serve(listener, shutdown)
             .await

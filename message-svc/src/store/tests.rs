@@ -19,9 +19,10 @@ async fn stores() -> Vec<(testing::Backend, SqlMessageStore, SqlOutbox)> {
         let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
             .await
             .unwrap();
+        let reads = imesh_kit::sql::readers(&config, &db).await.unwrap();
         out.push((
             backend,
-            SqlMessageStore::new(db.clone()),
+            SqlMessageStore::new(db.clone()).reading_from(reads),
             SqlOutbox::new(db, OUTBOX_TABLE),
         ));
     }

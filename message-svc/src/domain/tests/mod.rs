@@ -161,7 +161,8 @@ async fn build_behind(
         Arc::new(SqlCeilings::new(db.clone())),
         100,
     );
-    let store = Arc::new(SqlMessageStore::new(db.clone()));
+    let reads = imesh_kit::sql::readers(&config, &db).await.unwrap();
+    let store = Arc::new(SqlMessageStore::new(db.clone()).reading_from(reads));
     let messages = Messages::new(
         store.clone(),
         Peers {

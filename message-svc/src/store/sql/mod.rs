@@ -215,6 +215,8 @@ fn to_message(m: messages::Model) -> Result<Message, StoreError> {
 #[derive(Clone)]
 pub struct SqlMessageStore {
     db: DatabaseConnection,
+    /// Where reads go ([`imesh_kit::sql::readers`]): never behind the group commit.
+    reads: DatabaseConnection,
     commits: GroupCommit,
 }
 
@@ -248,9 +250,15 @@ impl SqlMessageStore {
         Ok(true)
     }
 
+    /// Reads through `reads` (connections beside the writer's) instead of the writer's.
+    pub fn reading_from(self, reads: DatabaseConnection) -> Self {
+        Self { reads, ..self }
+    }
+
     fn build(db: DatabaseConnection, handoff: Option<Handoff>) -> Self {
         Self {
             commits: GroupCommit::spawn(db.clone(), handoff),
+            reads: db.clone(),
             db,
         }
     }
@@ -365,7 +373,7 @@ impl MessageStore for SqlMessageStore {
             ])
             .filter(pairs)
             .into_tuple()
-            .all(&self.db)
+            .all(&self.reads)
             .await?;
         let mut by_key: std::collections::HashMap<(i64, &str), Sent> = found
             .iter()
@@ -397,7 +405,7 @@ impl MessageStore for SqlMessageStore {
         messages::Entity::find()
             .filter(messages::Column::ConversationId.eq(conversation_id))
             .filter(messages::Column::Seq.eq(seq))
-            .one(&self.db)
+            .one(&self.reads)
             .await?
             .map(to_message)
             .transpose()
@@ -422,7 +430,7 @@ impl MessageStore for SqlMessageStore {
             .filter(messages::Column::Seq.lte(up_to))
             .order_by(messages::Column::Seq, order)
             .limit(u64::from(limit))
-            .all(&self.db)
+            .all(&self.reads)
             .await?;
         rows.into_iter().map(to_message).collect()
     }
@@ -543,7 +551,7 @@ impl MessageStore for SqlMessageStore {
     }
 
     async fn pins(&self, conversation_id: &str) -> Result<Vec<Pin>, StoreError> {
-        pins_of(&self.db, conversation_id).await
+        pins_of(&self.reads, conversation_id).await
     }
 
     async fn messages_at(
@@ -555,7 +563,7 @@ impl MessageStore for SqlMessageStore {
             .filter(messages::Column::ConversationId.eq(conversation_id))
             .filter(messages::Column::Seq.is_in(seqs.iter().copied()))
             .order_by(messages::Column::Seq, sea_orm::Order::Asc)
-            .all(&self.db)
+            .all(&self.reads)
             .await?;
         rows.into_iter().map(to_message).collect()
     }
@@ -612,7 +620,7 @@ impl MessageStore for SqlMessageStore {
             .and_where(Expr::col(Alias::new("user_id")).eq(user))
             .and_where(Expr::col(Alias::new("conversation_id")).eq(conversation_id))
             .to_owned();
-        let cleared = match self.db.query_one(&cleared).await? {
+        let cleared = match self.reads.query_one(&cleared).await? {
             Some(row) => row.try_get::<i64>("", "cleared_seq")?,
             None => 0,
         };
@@ -647,7 +655,7 @@ impl MessageStore for SqlMessageStore {
             .filter(C::Seq.is_in(seqs.iter().copied()))
             .filter(C::RecalledBy.ne(0))
             .into_tuple::<i64>()
-            .all(&self.db)
+            .all(&self.reads)
             .await?;
         Ok(recalled.into_iter().collect())
     }
@@ -667,7 +675,7 @@ impl MessageStore for SqlMessageStore {
         seqs: &[i64],
         reader: i64,
     ) -> Result<std::collections::HashMap<i64, Vec<ReactionCount>>, StoreError> {
-        reactions::reactions(&self.db, conversation_id, seqs, reader).await
+        reactions::reactions(&self.reads, conversation_id, seqs, reader).await
     }
 
     async fn reactors(
@@ -678,7 +686,7 @@ impl MessageStore for SqlMessageStore {
         after: i64,
         limit: u32,
     ) -> Result<Vec<i64>, StoreError> {
-        reactions::reactors(&self.db, conversation_id, seq, emoji, after, limit).await
+        reactions::reactors(&self.reads, conversation_id, seq, emoji, after, limit).await
     }
 
     async fn moved_reactions(&self, limit: usize) -> Result<Vec<MovedReactions>, StoreError> {
@@ -700,7 +708,7 @@ impl MessageStore for SqlMessageStore {
         before: i64,
         limit: u32,
     ) -> Result<Vec<Message>, StoreError> {
-        search::search(&self.db, terms, scope, before, limit).await
+        search::search(&self.reads, terms, scope, before, limit).await
     }
 
     async fn max_seq(&self, conversation_id: &str) -> Result<i64, StoreError> {
