@@ -318,8 +318,8 @@ pub struct SqlConfig {
     /// 1,000 WAL pages.
     pub checkpoint_ms: u64,
     /// SQLite only: read-only connections beside `max_connections` for the reads that
-    /// need not wait behind writes (a send's idempotency lookup, history, search); 0
-    /// reads through the main pool.
+    /// need not wait behind writes (a send's idempotency lookup, history, inbox pulls);
+    /// 0 reads through the main pool.
     pub read_connections: u32,
 }
 

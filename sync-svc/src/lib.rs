@@ -89,6 +89,8 @@ pub struct Service {
     registry: imesh_kit::metrics::Registry,
     inboxes: Arc<domain::Inboxes>,
     db: sea_orm::DatabaseConnection,
+    /// The database's readers ([`imesh_kit::sql::readers`]).
+    reads: sea_orm::DatabaseConnection,
     node: NodeIds,
     /// The after-event webhooks' relay, when the app server takes them.
     webhooks: Option<Relay>,
@@ -107,6 +109,7 @@ impl Service {
     ) -> anyhow::Result<Self> {
         let db =
             imesh_kit::sql::connect_and_migrate::<store::sql::Migrator>(&config.database).await?;
+        let reads = imesh_kit::sql::readers(&config.database, &db).await?;
         let node = NodeIds::new(&db, node_id, NODE_IDS).await?;
         let bits: Arc<dyn ReceiptBits> = match config.redis.url() {
             Some(url) => {
@@ -134,7 +137,7 @@ impl Service {
             None => None,
         };
         let inboxes = domain::Inboxes::new(
-            Arc::new(store::sql::SqlInboxStore::new(db.clone())),
+            Arc::new(store::sql::SqlInboxStore::new(db.clone()).reading_from(reads.clone())),
             domain::Parts {
                 ids: node.ids.clone(),
                 notifier: Arc::new(notifier),
@@ -151,6 +154,7 @@ impl Service {
             registry,
             inboxes: Arc::new(inboxes),
             db,
+            reads,
             node,
             webhooks,
         })
@@ -194,6 +198,7 @@ impl Service {
                 keeping.stop().await;
                 Ok(())
             })
+            .then_stop(imesh_kit::sql::close(self.reads))
             .then_stop(imesh_kit::sql::close(self.db))
             .serve(listener, shutdown)
             .await

@@ -55,6 +55,8 @@ const NUMBERING_ATTEMPTS: u32 = 8;
 #[derive(Clone)]
 pub struct SqlInboxStore {
     db: DatabaseConnection,
+    /// Where pure reads go ([`imesh_kit::sql::readers`]): never behind an append.
+    reads: DatabaseConnection,
     known: Arc<reads::KnownStates>,
     /// On SQLite, which takes one writer at a time anyway, this process's appends take
     /// turns, so they never race each other to a seq.
@@ -67,11 +69,17 @@ impl SqlInboxStore {
     pub fn new(db: DatabaseConnection) -> Self {
         let sqlite = db.get_database_backend() == DatabaseBackend::Sqlite;
         Self {
+            reads: db.clone(),
             db,
             known: Arc::default(),
             turns: sqlite.then(Arc::default),
             heads: sqlite.then(Arc::default),
         }
+    }
+
+    /// Reads through `reads` (connections beside the writer's) instead of the writer's.
+    pub fn reading_from(self, reads: DatabaseConnection) -> Self {
+        Self { reads, ..self }
     }
 
     /// Numbers the events' entries after their recipients' heads and stores them, in one
@@ -252,7 +260,7 @@ impl InboxStore for SqlInboxStore {
             .order_by((Inbox::Table, Inbox::SyncSeq), Order::Asc)
             .limit(u64::from(limit))
             .to_owned();
-        let rows = self.db.query_all(&stmt).await?;
+        let rows = self.reads.query_all(&stmt).await?;
         rows.iter()
             .map(|r| {
                 Ok(Entry {
@@ -336,11 +344,11 @@ impl InboxStore for SqlInboxStore {
         user: i64,
         conversations: &[&str],
     ) -> Result<Vec<(String, i64, i64)>, StoreError> {
-        reads::read_states(&self.db, user, conversations).await
+        reads::read_states(&self.reads, user, conversations).await
     }
 
     async fn latest_seqs(&self, conversations: &[&str]) -> Result<Vec<(String, i64)>, StoreError> {
-        reads::latest_seqs(&self.db, conversations).await
+        reads::latest_seqs(&self.reads, conversations).await
     }
 
     async fn raise_read(&self, user: i64, marks: &[(String, i64)]) -> Result<(), StoreError> {
@@ -353,11 +361,11 @@ impl InboxStore for SqlInboxStore {
         after: Option<&Cursor>,
         limit: u32,
     ) -> Result<Vec<ConversationView>, StoreError> {
-        reads::conversations(&self.db, user, after, limit).await
+        reads::conversations(&self.reads, user, after, limit).await
     }
 
     async fn read_seqs(&self, of: &[(i64, String)]) -> Result<HashMap<String, i64>, StoreError> {
-        reads::read_seqs(&self.db, of).await
+        reads::read_seqs(&self.reads, of).await
     }
 
     async fn update_settings(
@@ -380,11 +388,11 @@ impl InboxStore for SqlInboxStore {
     }
 
     async fn unread_totals(&self, users: &[i64]) -> Result<HashMap<i64, i64>, StoreError> {
-        reads::unread_totals(&self.db, users).await
+        reads::unread_totals(&self.reads, users).await
     }
 
     async fn push_settings(&self, users: &[i64]) -> Result<HashMap<i64, PushSettings>, StoreError> {
-        push::push_settings(&self.db, users).await
+        push::push_settings(&self.reads, users).await
     }
 
     async fn set_push_settings(
@@ -399,11 +407,11 @@ impl InboxStore for SqlInboxStore {
         &self,
         of: &[(i64, String)],
     ) -> Result<HashSet<(i64, String)>, StoreError> {
-        push::muted_among(&self.db, of).await
+        push::muted_among(&self.reads, of).await
     }
 
     async fn receipts(&self, conversation: &str, seqs: &[i64]) -> Result<Vec<Receipt>, StoreError> {
-        receipts::of_seqs(&self.db, conversation, seqs).await
+        receipts::of_seqs(&self.reads, conversation, seqs).await
     }
 
     async fn receipts_between(
@@ -412,17 +420,17 @@ impl InboxStore for SqlInboxStore {
         after: i64,
         upto: i64,
     ) -> Result<Vec<Receipt>, StoreError> {
-        receipts::between(&self.db, conversation, after, upto).await
+        receipts::between(&self.reads, conversation, after, upto).await
     }
 
     async fn receipts_unread_by(
         &self,
         asks: &[(i64, &str, i64)],
     ) -> Result<Vec<(i64, String, Receipt)>, StoreError> {
-        receipts::unread_by(&self.db, asks).await
+        receipts::unread_by(&self.reads, asks).await
     }
 
     async fn readers(&self, conversation: &str) -> Result<Vec<(i64, i64)>, StoreError> {
-        reads::readers(&self.db, conversation).await
+        reads::readers(&self.reads, conversation).await
     }
 }

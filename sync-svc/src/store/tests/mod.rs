@@ -21,7 +21,8 @@ async fn stores() -> Vec<(testing::Backend, SqlInboxStore)> {
         let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
             .await
             .unwrap();
-        out.push((backend, SqlInboxStore::new(db)));
+        let reads = imesh_kit::sql::readers(&config, &db).await.unwrap();
+        out.push((backend, SqlInboxStore::new(db).reading_from(reads)));
     }
     out
 }
