@@ -12,6 +12,9 @@ mod scripts;
 
 pub use scripts::{commit, execute_all};
 
+/// How long a serving SQLite connection waits for another's lock before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Connects to the configured database; for SQLite, creates the file's folder, turns on
 /// WAL with a busy timeout so the embedded default tolerates concurrent writers, and
 /// (unless `checkpoint_ms` is 0) starts its WAL checkpoints (`checkpoints.rs`).
@@ -39,7 +42,7 @@ pub async fn connect(config: &SqlConfig) -> anyhow::Result<DatabaseConnection> {
         // from the file on every batch.
         o.journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
+            .busy_timeout(BUSY_TIMEOUT)
             .pragma("cache_size", "-65536")
             .pragma("temp_store", "memory")
             .pragma("wal_autocheckpoint", autocheckpoint)
@@ -71,7 +74,7 @@ pub async fn readers(
     options.map_sqlx_sqlite_opts(|o| {
         // The writer set up WAL; a reader only looks, with a smaller cache of its own.
         o.read_only(true)
-            .busy_timeout(Duration::from_secs(10))
+            .busy_timeout(BUSY_TIMEOUT)
             .pragma("cache_size", "-16384")
     });
     Database::connect(options)

@@ -13,8 +13,11 @@
 //! appended more meanwhile. So once the WAL holds [`RESTART_FRAMES`] after a PASSIVE
 //! checkpoint, a RESTART checkpoint holds writers off while it copies the few frames left,
 //! and the next commit starts the WAL over. Without it the WAL grew by hundreds of MB a
-//! minute under load. A RESTART waits at most [`RESTART_PATIENCE`] for the writer and for
-//! readers of old frames, then gives up until the next tick.
+//! minute under load. The RESTART runs on a connection of the serving pool: on `imesh
+//! up`'s one-connection pools that is the writer's, so writes wait for it in the pool and
+//! go on the moment it ends, where on a connection of its own they slept in SQLite's busy
+//! handler (1, 2, 5 … ms) until they noticed. It waits at most [`RESTART_PATIENCE`] for
+//! other writers and for readers of old frames, then gives up until the next tick.
 //!
 //! A tick that finds the WAL file unmodified since the last checkpoint does nothing: an
 //! idle database costs a `stat`, not a statement on another thread. File times are coarse
@@ -73,8 +76,7 @@ pub(super) fn spawn(
     let options = SqliteConnectOptions::from_str(url)?
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
-        // How long a RESTART waits for the writer, then for readers of old frames (writers
-        // held off meanwhile), before it gives up until the next tick.
+        // A PASSIVE checkpoint waits for no one; this bounds only opening the WAL.
         .busy_timeout(RESTART_PATIENCE);
     let wal = format!("{}-wal", super::sqlite_path(url).unwrap_or_default());
     tokio::spawn(async move {
@@ -106,7 +108,7 @@ pub(super) fn spawn(
                 }
             }
             let Some(open) = conn.as_mut() else { continue };
-            match checkpoint(open, restart_frames).await {
+            match checkpoint(open, &pool, restart_frames).await {
                 Ok(()) => {
                     checkpointed =
                         written.filter(|w| now.duration_since(*w).is_ok_and(|age| age >= SETTLED));
@@ -130,13 +132,30 @@ fn modified(path: &Path) -> Option<SystemTime> {
 }
 
 /// A PASSIVE checkpoint on `conn`, which copies what no reader still needs and waits for
-/// no one; then, when the WAL holds `restart_frames` or more, a RESTART one.
-async fn checkpoint(conn: &mut SqliteConnection, restart_frames: i64) -> Result<(), sqlx::Error> {
+/// no one; then, when the WAL holds `restart_frames` or more, a RESTART one on a
+/// connection of `pool`.
+async fn checkpoint(
+    conn: &mut SqliteConnection,
+    pool: &SqlitePool,
+    restart_frames: i64,
+) -> Result<(), sqlx::Error> {
     let frames = wal_frames(conn, "PRAGMA wal_checkpoint(PASSIVE)").await?;
     if frames >= restart_frames {
-        wal_frames(conn, "PRAGMA wal_checkpoint(RESTART)").await?;
+        let mut writer = pool.acquire().await?;
+        busy_timeout(&mut writer, RESTART_PATIENCE).await?;
+        let restarted = wal_frames(&mut writer, "PRAGMA wal_checkpoint(RESTART)").await;
+        busy_timeout(&mut writer, super::BUSY_TIMEOUT).await?;
+        restarted?;
     }
     Ok(())
+}
+
+async fn busy_timeout(conn: &mut SqliteConnection, wait: Duration) -> Result<(), sqlx::Error> {
+    let pragma = format!("PRAGMA busy_timeout = {}", wait.as_millis());
+    sqlx::query(sqlx::AssertSqlSafe(pragma))
+        .execute(&mut *conn)
+        .await
+        .map(drop)
 }
 
 /// Runs the checkpoint `pragma`; returns the frames in the WAL.
@@ -246,6 +265,40 @@ mod tests {
         assert!(
             largest < 8 << 20,
             "the WAL reached {largest} bytes under 32 MB of writes"
+        );
+        db.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_restart_takes_the_writers_turn_instead_of_its_lock() {
+        // `imesh up`'s pools: one connection, which the RESTART borrows. Each write gives
+        // up at once on a lock (busy timeout 0), so one that met the RESTART's lock instead
+        // of waiting for the connection would fail.
+        let config = SqlConfig {
+            checkpoint_ms: 3_600_000,
+            max_connections: 1,
+            ..fresh_sql(Backend::Sqlite).await.unwrap()
+        };
+        let db = super::super::connect(&config).await.unwrap();
+        db.execute_unprepared("CREATE TABLE pages (id INTEGER PRIMARY KEY, body BLOB)")
+            .await
+            .unwrap();
+        let url = config.url.expose().to_owned();
+        let pool = db.get_sqlite_connection_pool().clone();
+        super::spawn(&url, pool, Duration::from_millis(5), 100).unwrap();
+        let wal = PathBuf::from(super::super::sqlite_path(&url).unwrap()).with_extension("db-wal");
+        let mut largest = 0;
+        for _ in 0..4000 {
+            db.execute_unprepared(
+                "PRAGMA busy_timeout = 0; INSERT INTO pages (body) VALUES (randomblob(4000))",
+            )
+            .await
+            .unwrap();
+            largest = largest.max(len(&wal));
+        }
+        assert!(
+            largest < 4 << 20,
+            "the WAL reached {largest} bytes under 16 MB of writes"
         );
         db.close().await.unwrap();
     }
