@@ -184,11 +184,12 @@ mod tests {
     /// A page's worth of bytes per row.
     const ROW_BYTES: u64 = 4096;
 
-    /// A fresh SQLite database whose connections never checkpoint, with checkpoints every
-    /// `checkpoint_ms`; its URL and file.
-    async fn sqlite(checkpoint_ms: u64) -> (DatabaseConnection, String, PathBuf) {
+    /// A fresh SQLite database whose `connections` never checkpoint, with checkpoints
+    /// every `checkpoint_ms`; its URL and file.
+    async fn sqlite(checkpoint_ms: u64, connections: u32) -> (DatabaseConnection, String, PathBuf) {
         let config = SqlConfig {
             checkpoint_ms,
+            max_connections: connections,
             ..fresh_sql(Backend::Sqlite).await.unwrap()
         };
         let db = super::super::connect(&config).await.unwrap();
@@ -219,7 +220,7 @@ mod tests {
     /// checkpoint would run inside it: past 1,000 pages) with checkpoints every
     /// `checkpoint_ms`.
     async fn file_after_a_big_commit(checkpoint_ms: u64) -> u64 {
-        let (db, _, file) = sqlite(checkpoint_ms).await;
+        let (db, _, file) = sqlite(checkpoint_ms, 8).await;
         write(&db, 3000).await;
         let length = len(&file);
         db.close().await.unwrap();
@@ -237,7 +238,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_checkpointer_copies_the_wal_back() {
-        let (db, _, file) = sqlite(20).await;
+        let (db, _, file) = sqlite(20, 8).await;
         write(&db, 3000).await;
         until("the database file holds the 3,000 pages", || {
             len(&file) >= 3000 * ROW_BYTES
@@ -246,27 +247,32 @@ mod tests {
         db.close().await.unwrap();
     }
 
-    #[tokio::test]
-    async fn the_wal_starts_over_under_a_writer_that_never_pauses() {
-        // Checkpoints every 20 ms that restart past 200 frames (the pool's own checkpointer
-        // sleeps for an hour).
-        let (db, url, file) = sqlite(3_600_000).await;
+    /// The WAL's largest size over `commits` one-page commits of `insert` back to back
+    /// through a pool of `connections`, with checkpoints every 10 ms that restart past 100
+    /// frames (the pool's own checkpointer sleeps for an hour).
+    async fn largest_wal(connections: u32, commits: u32, insert: &str) -> u64 {
+        let (db, url, file) = sqlite(3_600_000, connections).await;
         let pool = db.get_sqlite_connection_pool().clone();
-        super::spawn(&url, pool, Duration::from_millis(20), 200).unwrap();
-        // 8,000 one-page commits back to back: 32 MB of WAL, were it never started over.
+        super::spawn(&url, pool, Duration::from_millis(10), 100).unwrap();
         let wal = file.with_extension("db-wal");
         let mut largest = 0;
-        for _ in 0..8000 {
-            db.execute_unprepared("INSERT INTO pages (body) VALUES (randomblob(4000))")
-                .await
-                .unwrap();
+        for _ in 0..commits {
+            db.execute_unprepared(insert).await.unwrap();
             largest = largest.max(len(&wal));
         }
+        db.close().await.unwrap();
+        largest
+    }
+
+    #[tokio::test]
+    async fn the_wal_starts_over_under_a_writer_that_never_pauses() {
+        // 8,000 one-page commits: 32 MB of WAL, were it never started over.
+        let insert = "INSERT INTO pages (body) VALUES (randomblob(4000))";
+        let largest = largest_wal(8, 8000, insert).await;
         assert!(
             largest < 8 << 20,
             "the WAL reached {largest} bytes under 32 MB of writes"
         );
-        db.close().await.unwrap();
     }
 
     #[tokio::test]
@@ -274,33 +280,12 @@ mod tests {
         // `imesh up`'s pools: one connection, which the RESTART borrows. Each write gives
         // up at once on a lock (busy timeout 0), so one that met the RESTART's lock instead
         // of waiting for the connection would fail.
-        let config = SqlConfig {
-            checkpoint_ms: 3_600_000,
-            max_connections: 1,
-            ..fresh_sql(Backend::Sqlite).await.unwrap()
-        };
-        let db = super::super::connect(&config).await.unwrap();
-        db.execute_unprepared("CREATE TABLE pages (id INTEGER PRIMARY KEY, body BLOB)")
-            .await
-            .unwrap();
-        let url = config.url.expose().to_owned();
-        let pool = db.get_sqlite_connection_pool().clone();
-        super::spawn(&url, pool, Duration::from_millis(5), 100).unwrap();
-        let wal = PathBuf::from(super::super::sqlite_path(&url).unwrap()).with_extension("db-wal");
-        let mut largest = 0;
-        for _ in 0..4000 {
-            db.execute_unprepared(
-                "PRAGMA busy_timeout = 0; INSERT INTO pages (body) VALUES (randomblob(4000))",
-            )
-            .await
-            .unwrap();
-            largest = largest.max(len(&wal));
-        }
+        let insert = "PRAGMA busy_timeout = 0; INSERT INTO pages (body) VALUES (randomblob(4000))";
+        let largest = largest_wal(1, 4000, insert).await;
         assert!(
             largest < 4 << 20,
             "the WAL reached {largest} bytes under 16 MB of writes"
         );
-        db.close().await.unwrap();
     }
 
     #[tokio::test]
@@ -314,7 +299,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_checkpointer_lets_go_when_its_pool_closes() {
-        let (db, url, file) = sqlite(20).await;
+        let (db, url, file) = sqlite(20, 8).await;
         write(&db, 100).await;
         until("the checkpointer copies the WAL back", || {
             len(&file) >= 100 * ROW_BYTES
