@@ -71,12 +71,10 @@ pub async fn readers(
         return Ok(db.clone());
     }
     let mut options = options(url, config.read_connections);
-    options.map_sqlx_sqlite_opts(|o| {
-        // The writer set up WAL; a reader only looks, with a smaller cache of its own.
-        o.read_only(true)
-            .busy_timeout(BUSY_TIMEOUT)
-            .pragma("cache_size", "-16384")
-    });
+    // The writer set up WAL; a reader only looks. SQLite's default page cache: a reader
+    // drops its cache whenever another connection committed since its last read, so under
+    // writes its pages come from the kernel's page cache whatever its size.
+    options.map_sqlx_sqlite_opts(|o| o.read_only(true).busy_timeout(BUSY_TIMEOUT));
     Database::connect(options)
         .await
         .map_err(|e| anyhow::anyhow!("connecting the database's readers: {e}"))
