@@ -352,13 +352,10 @@ mod tests {
     /// On a server, and with `read_connections = 0`, reads share the main pool.
     #[tokio::test]
     async fn readers_elsewhere_are_the_main_pool() {
-        let mut backends = crate::testing::sql_backends();
-        backends.retain(|b| *b != Backend::Sqlite);
-        for (backend, read_connections) in backends
+        let servers = crate::testing::sql_backends()
             .into_iter()
-            .map(|b| (b, 2))
-            .chain([(Backend::Sqlite, 0)])
-        {
+            .filter(|b| *b != Backend::Sqlite);
+        for (backend, read_connections) in servers.map(|b| (b, 2)).chain([(Backend::Sqlite, 0)]) {
             let config = SqlConfig {
                 read_connections,
                 ..fresh_sql(backend).await.unwrap()

@@ -26,7 +26,7 @@ pub use ports::{
 pub use rate::{RateLimited, RateLimits};
 pub use read::HistoryPage;
 pub use search::{SearchPage, SearchScope};
-pub use send::{MAX_SEND_BATCH, NoticeCommand, NoticeOutcome, NoticeTarget, SendCommand};
+pub use send::{NoticeCommand, NoticeOutcome, NoticeTarget, SendCommand};
 pub use types::{
     Conversation, ConversationId, Forwarded, Hidden, Mentions, Message, MovedReactions, Pin,
     PinChange, PinOutcome, PinnedMessage, ReactOutcome, ReactionChange, ReactionCount, Reply,

@@ -19,7 +19,7 @@ use super::{
 #[async_trait]
 pub trait Directory: Send + Sync + 'static {
     /// What each `(sender, peer)` pair's relation allows, in the order asked (at most
-    /// [`super::MAX_SEND_BATCH`] pairs).
+    /// [`imesh_protos::MAX_SEND_BATCH`] pairs).
     async fn relations(&self, pairs: &[(i64, i64)]) -> anyhow::Result<Vec<PeerRelation>>;
     /// The ids among `users` that exist and are not disabled.
     async fn existing(&self, users: &[i64]) -> anyhow::Result<Vec<i64>>;

@@ -51,7 +51,7 @@ const MAX_NOTICE_KEY: usize = 40;
 /// Targets of one notice stored at once.
 const NOTICE_CONCURRENCY: usize = 16;
 
-pub use imesh_protos::MAX_SEND_BATCH;
+use imesh_protos::MAX_SEND_BATCH;
 
 /// A send that passed the checks of its own fields, before the idempotency lookup and the
 /// gate.
