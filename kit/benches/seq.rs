@@ -1,7 +1,7 @@
 //! Seq allocations per second: the embedded default's path (in-process counters, SQLite
 //! ceilings written once per step), and, with the test Redis configured
-//! (`source scripts/stores.sh && stores_start`), Redis counters: one `INCR` round trip per
-//! allocation, or one pipelined burst for a fanout's `next_many` of 100 users.
+//! (`source scripts/stores.sh && stores_start`), Redis counters: one script call per
+//! allocation, or per `next_many` of 100 keys (a batch of sends to 100 conversations).
 
 /// The allocator the programs use (mimalloc), so the figures are theirs.
 #[global_allocator]
@@ -58,7 +58,7 @@ fn allocations(c: &mut Criterion) {
         });
         let users: Vec<&str> = keys[..100].iter().map(String::as_str).collect();
         group.throughput(Throughput::Elements(users.len() as u64));
-        group.bench_function(format!("{tier}/next_many/100 inboxes"), |b| {
+        group.bench_function(format!("{tier}/next_many/100 conversations"), |b| {
             b.iter(|| rt.block_on(alloc.next_many(&users)).unwrap())
         });
     }

@@ -1,4 +1,6 @@
-//! Counters in Redis: one pipelined round trip for a batch of keys.
+//! Counters in Redis: one script call for a batch of keys (one per hash slot on a cluster).
+
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use fred::prelude::*;
@@ -6,8 +8,14 @@ use fred::prelude::*;
 use super::Counters;
 use crate::error::StoreError;
 
-/// `INCR` only when the key exists; nil otherwise (the counter was lost).
-const INCR_EXISTING: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('INCR', KEYS[1]) end return false";
+/// For each key in turn, `INCR` when it exists and nil otherwise (the counter was lost). A
+/// key given twice is counted twice, in order.
+const INCR_EXISTING: &str = "local values = {} \
+    for i, key in ipairs(KEYS) do \
+        if redis.call('EXISTS', key) == 1 then values[i] = redis.call('INCR', key) \
+        else values[i] = false end \
+    end \
+    return values";
 
 #[derive(Clone)]
 pub struct RedisCounters {
@@ -23,12 +31,30 @@ impl RedisCounters {
 #[async_trait]
 impl Counters for RedisCounters {
     async fn incr_existing(&self, keys: &[&str]) -> Result<Vec<Option<i64>>, StoreError> {
-        // Concurrent commands on one client are pipelined by fred: one round trip per batch.
         let client = self.pool.next();
-        let calls = keys
-            .iter()
-            .map(|key| client.eval::<Option<i64>, _, _, _>(INCR_EXISTING, *key, ()));
-        Ok(futures::future::try_join_all(calls).await?)
+        // A script may only touch keys of one hash slot on a cluster; a single node takes
+        // every key in one call. Each group keeps its keys' order.
+        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = match client.is_clustered() {
+                true => fred::util::redis_keyslot(key.as_bytes()),
+                false => 0,
+            };
+            groups.entry(slot).or_default().push(i);
+        }
+        // Concurrent calls on one client are pipelined by fred: one round trip.
+        let calls = groups.values().map(|places| {
+            let keys: Vec<&str> = places.iter().map(|&i| keys[i]).collect();
+            client.eval::<Vec<Option<i64>>, _, _, _>(INCR_EXISTING, keys, ())
+        });
+        let counted = futures::future::try_join_all(calls).await?;
+        let mut values = vec![None; keys.len()];
+        for (places, counted) in groups.values().zip(counted) {
+            for (&i, value) in places.iter().zip(counted) {
+                values[i] = value;
+            }
+        }
+        Ok(values)
     }
 
     async fn init(&self, key: &str, floor: i64) -> Result<(), StoreError> {
