@@ -2,9 +2,11 @@
 //! owning service's `keys` module with a hash tag, so Redis Cluster keeps a user's or a
 //! group's keys in one slot.
 
+use std::collections::BTreeMap;
+
 use fred::prelude::*;
 
-use crate::config::RedisConfig;
+use crate::{config::RedisConfig, error::StoreError};
 
 /// Connects a pool to the configured Redis and waits until it answers.
 pub async fn connect(config: &RedisConfig, url: &str) -> anyhow::Result<Pool> {
@@ -31,4 +33,51 @@ pub async fn connect(config: &RedisConfig, url: &str) -> anyhow::Result<Pool> {
 /// True while Redis answers PING.
 pub async fn ping(pool: &Pool) -> bool {
     pool.ping::<String>(None).await.is_ok()
+}
+
+/// Each key's answer, in the keys' order, from one `call` per group of `keys` that one
+/// script may take: on a cluster one per hash slot (a script may only touch the keys of
+/// one slot), on a single node one for all. The calls go out together, so fred pipelines
+/// them into one round trip. A call must answer once per key it was given.
+pub async fn per_script<'k, K, T, Fut>(
+    client: &Client,
+    keys: &'k [K],
+    call: impl Fn(Vec<&'k K>) -> Fut,
+) -> Result<Vec<T>, StoreError>
+where
+    K: AsRef<[u8]>,
+    Fut: Future<Output = Result<Vec<T>, fred::error::Error>>,
+{
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let groups: Vec<Vec<usize>> = match client.is_clustered() {
+        false => vec![(0..keys.len()).collect()],
+        true => {
+            let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+            for (i, key) in keys.iter().enumerate() {
+                let slot = fred::util::redis_keyslot(key.as_ref());
+                slots.entry(slot).or_default().push(i);
+            }
+            slots.into_values().collect()
+        }
+    };
+    let calls = groups
+        .iter()
+        .map(|places| call(places.iter().map(|&i| &keys[i]).collect()));
+    let answers = futures::future::try_join_all(calls).await?;
+    let mut out: Vec<Option<T>> = std::iter::repeat_with(|| None).take(keys.len()).collect();
+    for (places, answer) in groups.iter().zip(answers) {
+        if answer.len() != places.len() {
+            return Err(StoreError::Unavailable(anyhow::anyhow!(
+                "a script answered {} of {} keys",
+                answer.len(),
+                places.len()
+            )));
+        }
+        for (&i, value) in places.iter().zip(answer) {
+            out[i] = Some(value);
+        }
+    }
+    Ok(out.into_iter().flatten().collect())
 }

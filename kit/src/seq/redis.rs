@@ -1,7 +1,5 @@
 //! Counters in Redis: one script call for a batch of keys (one per hash slot on a cluster).
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 use fred::prelude::*;
 
@@ -32,29 +30,11 @@ impl RedisCounters {
 impl Counters for RedisCounters {
     async fn incr_existing(&self, keys: &[&str]) -> Result<Vec<Option<i64>>, StoreError> {
         let client = self.pool.next();
-        // A script may only touch keys of one hash slot on a cluster; a single node takes
-        // every key in one call. Each group keeps its keys' order.
-        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-        for (i, key) in keys.iter().enumerate() {
-            let slot = match client.is_clustered() {
-                true => fred::util::redis_keyslot(key.as_bytes()),
-                false => 0,
-            };
-            groups.entry(slot).or_default().push(i);
-        }
-        // Concurrent calls on one client are pipelined by fred: one round trip.
-        let calls = groups.values().map(|places| {
-            let keys: Vec<&str> = places.iter().map(|&i| keys[i]).collect();
+        crate::redis::per_script(client, keys, |keys| {
+            let keys: Vec<&str> = keys.into_iter().copied().collect();
             client.eval::<Vec<Option<i64>>, _, _, _>(INCR_EXISTING, keys, ())
-        });
-        let counted = futures::future::try_join_all(calls).await?;
-        let mut values = vec![None; keys.len()];
-        for (places, counted) in groups.values().zip(counted) {
-            for (&i, value) in places.iter().zip(counted) {
-                values[i] = value;
-            }
-        }
-        Ok(values)
+        })
+        .await
     }
 
     async fn init(&self, key: &str, floor: i64) -> Result<(), StoreError> {

@@ -20,6 +20,11 @@ const OFFLINE_IF_SAME_CONN: &str = "local v = redis.call('HGET', KEYS[1], ARGV[1
      if v and string.sub(v, 1, string.len(ARGV[2]) + 1) == ARGV[2] .. '|' then \
        return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0";
 
+/// Each key's hash, as `HGETALL` answers it: field, value, field, value…
+const EVERY_HASH: &str = "local hashes = {} \
+     for i, key in ipairs(KEYS) do hashes[i] = redis.call('HGETALL', key) end \
+     return hashes";
+
 #[derive(Clone)]
 pub struct RedisPresence {
     pool: Pool,
@@ -80,17 +85,19 @@ impl Presence for RedisPresence {
 
     async fn lookup(&self, users: &[i64]) -> Result<Vec<DeviceRoute>, StoreError> {
         let client = self.pool.next();
-        let calls = users
-            .iter()
-            .map(|u| client.hgetall::<Vec<(String, String)>, _>(keys::devices(*u)));
-        let all = futures::future::try_join_all(calls).await?;
+        let keys: Vec<String> = users.iter().map(|u| keys::devices(*u)).collect();
+        let all = imesh_kit::redis::per_script(client, &keys, |keys| {
+            let keys: Vec<&str> = keys.into_iter().map(String::as_str).collect();
+            client.eval::<Vec<Vec<String>>, _, _, _>(EVERY_HASH, keys, ())
+        })
+        .await?;
         let now = unix_ms();
         Ok(users
             .iter()
             .zip(all)
             .flat_map(|(user, fields)| {
-                fields
-                    .into_iter()
+                let mut fields = fields.into_iter();
+                std::iter::from_fn(move || Some((fields.next()?, fields.next()?)))
                     .filter_map(move |(device, value)| parse(*user, device, &value, now))
             })
             .collect())

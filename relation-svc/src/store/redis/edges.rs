@@ -1,5 +1,5 @@
 //! The Redis [`EdgeCache`]: one hash per owner (seed 001: `im:friend:{user}` → peer →
-//! `status|blocked`). Lookups of many pairs go out as one pipelined burst of HMGETs, one per owner; a
+//! `status|blocked`). Lookups of many pairs go out as one script call of HMGETs, one per owner; a
 //! row set is written by one script (DEL, HSETs, PEXPIRE), so readers see all or nothing,
 //! and only while the owner's generation counter is the one its filler read.
 
@@ -25,6 +25,17 @@ redis.call('PEXPIRE', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[1])
 return 1";
 
+/// KEYS: hashes. ARGV: for each hash in turn, how many fields, then the fields. Each
+/// hash's HMGET answer.
+const FIELDS_OF_EACH: &str = r"
+local out, a = {}, 1
+for i, key in ipairs(KEYS) do
+  local n = tonumber(ARGV[a])
+  out[i] = redis.call('HMGET', key, unpack(ARGV, a + 1, a + n))
+  a = a + n + 1
+end
+return out";
+
 /// A generation outlives any fill by far: one that expired mid-fill would read as 0 again
 /// and let a fill that began at 0 through.
 const GENERATION_TTL_MS: u64 = 600_000;
@@ -47,8 +58,8 @@ impl RedisEdgeCache {
 #[async_trait]
 impl EdgeCache for RedisEdgeCache {
     async fn get(&self, pairs: &[(i64, i64)]) -> Result<Vec<Option<Cached>>, StoreError> {
-        // One HMGET per owner (its account field and every peer asked of it); concurrent
-        // commands on one client are pipelined by fred: one round trip for the lot.
+        // Per owner, its account field and every peer asked of it: one HMGET each, in one
+        // script call.
         let mut owners: Vec<(i64, Vec<usize>)> = Vec::new();
         for (i, &(owner, _)) in pairs.iter().enumerate() {
             match owners.iter_mut().find(|(o, _)| *o == owner) {
@@ -56,14 +67,26 @@ impl EdgeCache for RedisEdgeCache {
                 None => owners.push((owner, vec![i])),
             }
         }
+        let asked: Vec<Fields> = owners
+            .iter()
+            .map(|(owner, asked)| Fields {
+                hash: keys::friends(*owner),
+                fields: std::iter::once(keys::ACCOUNT_FIELD.to_owned())
+                    .chain(asked.iter().map(|&i| pairs[i].1.to_string()))
+                    .collect(),
+            })
+            .collect();
         let client = self.pool.next();
-        let calls = owners.iter().map(|(owner, asked)| {
-            let fields: Vec<String> = std::iter::once(keys::ACCOUNT_FIELD.to_owned())
-                .chain(asked.iter().map(|&i| pairs[i].1.to_string()))
-                .collect();
-            client.hmget::<Vec<Option<String>>, _, _>(keys::friends(*owner), fields)
-        });
-        let replies = futures::future::try_join_all(calls).await?;
+        let replies = imesh_kit::redis::per_script(client, &asked, |asked| {
+            let hashes: Vec<&str> = asked.iter().map(|a| a.hash.as_str()).collect();
+            let mut args: Vec<String> = Vec::new();
+            for a in &asked {
+                args.push(a.fields.len().to_string());
+                args.extend(a.fields.iter().cloned());
+            }
+            client.eval::<Vec<Vec<Option<String>>>, _, _, _>(FIELDS_OF_EACH, hashes, args)
+        })
+        .await?;
         let mut out = vec![None; pairs.len()];
         for ((_, asked), fields) in owners.iter().zip(replies) {
             for (k, &i) in asked.iter().enumerate() {
@@ -108,6 +131,18 @@ impl EdgeCache for RedisEdgeCache {
             .map(|owner| client.eval::<i64, _, _, _>(INVALIDATE, owner_keys(*owner), ttl.clone()));
         futures::future::try_join_all(calls).await?;
         Ok(())
+    }
+}
+
+/// The fields asked of one hash; placed by the hash's slot.
+struct Fields {
+    hash: String,
+    fields: Vec<String>,
+}
+
+impl AsRef<[u8]> for Fields {
+    fn as_ref(&self) -> &[u8] {
+        self.hash.as_bytes()
     }
 }
 
