@@ -116,9 +116,9 @@ impl SeqAllocator {
 }
 
 /// Hands each key's values to its places in the order given. The increments of one call
-/// need not be atomic together (Redis pipelines them), so a key missing at its first place
-/// may be created by another caller before its later places are counted: those then hold
-/// lower values than the first one, got on the retry.
+/// need not be atomic together (an adapter may count key by key), so a key missing at its
+/// first place may be created by another caller before its later places are counted: those
+/// then hold lower values than the first one, got on the retry.
 fn in_key_order(keys: &[&str], values: &mut [i64]) {
     let mut places: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, key) in keys.iter().enumerate() {
