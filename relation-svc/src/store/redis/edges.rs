@@ -1,7 +1,7 @@
 //! The Redis [`EdgeCache`]: one hash per owner (seed 001: `im:friend:{user}` → peer →
-//! `status|blocked`). Lookups of many pairs go out as one script call of HMGETs, one per owner; a
-//! row set is written by one script (DEL, HSETs, PEXPIRE), so readers see all or nothing,
-//! and only while the owner's generation counter is the one its filler read.
+//! `status|blocked`). Lookups of many pairs go out as one script call of HMGETs, one per
+//! owner; a row set is written by one script (DEL, HSETs, PEXPIRE), so readers see all or
+//! nothing, and only while the owner's generation counter is the one its filler read.
 
 use async_trait::async_trait;
 use fred::prelude::*;
