@@ -81,3 +81,57 @@ where
     }
     Ok(out.into_iter().flatten().collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use fred::prelude::*;
+
+    use crate::{error::StoreError, testing};
+
+    /// Keys of three hash slots, one slot twice and out of slot order.
+    fn keys() -> Vec<String> {
+        let run = testing::random_id();
+        ["{a}", "{b}", "{a}", "{c}"]
+            .iter()
+            .enumerate()
+            .map(|(i, tag)| format!("{tag}:{run}:{i}"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_one_script_call_per_slot_answered_in_the_keys_order() {
+        for (name, pool) in testing::redis_pools().await {
+            let client = pool.next();
+            let keys = keys();
+            let calls = AtomicUsize::new(0);
+            let answers = super::per_script(client, &keys, |group| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                let group: Vec<&str> = group.into_iter().map(String::as_str).collect();
+                client.eval::<Vec<String>, _, _, _>("return KEYS", group, ())
+            })
+            .await
+            .unwrap();
+            assert_eq!(answers, keys, "{name}");
+            let slots = if client.is_clustered() { 3 } else { 1 };
+            assert_eq!(calls.into_inner(), slots, "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_script_answering_fewer_keys_than_it_was_given_is_an_error() {
+        for (name, pool) in testing::redis_pools().await {
+            let client = pool.next();
+            let short = super::per_script(client, &keys(), |group| {
+                let first: Vec<&str> = group.into_iter().take(1).map(String::as_str).collect();
+                client.eval::<Vec<String>, _, _, _>("return KEYS", first, ())
+            })
+            .await;
+            assert!(
+                matches!(short, Err(StoreError::Unavailable(_))),
+                "{name}: {short:?}"
+            );
+        }
+    }
+}
