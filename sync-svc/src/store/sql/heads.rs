@@ -125,7 +125,8 @@ pub(super) async fn read(
 }
 
 /// Advances each user's head by their count in `txn`, which holds the heads locked until
-/// it ends (PostgreSQL, MySQL); returns the heads as they were before.
+/// it ends (PostgreSQL, MySQL; on SQLite this first write takes the database's one write
+/// lock); returns the heads as they were before.
 pub(super) async fn advance(
     txn: &DatabaseTransaction,
     counts: &BTreeMap<i64, i64>,

@@ -83,17 +83,19 @@ impl SqlInboxStore {
     }
 
     /// Numbers the events' entries after their recipients' heads and stores them, in one
-    /// transaction; returns the seqs.
+    /// transaction; returns the seqs. On SQLite a first attempt reads the heads before it
+    /// writes, in one trip; an attempt after a race advances them first.
     async fn try_append(
         &self,
         events: &[StoredEvent],
         counts: &BTreeMap<i64, i64>,
+        first: bool,
     ) -> Result<Vec<Vec<i64>>, DbErr> {
         let backend = self.db.get_database_backend();
-        if backend != DatabaseBackend::Sqlite {
+        let Some(cache) = self.heads.as_ref().filter(|_| first) else {
             let txn = self.db.begin().await?;
             let before = heads::advance(&txn, counts).await?;
-            let (seqs, _) = heads::number(events, before);
+            let (seqs, heads) = heads::number(events, before);
             let (statements, created) = self.statements(events, &seqs);
             imesh_kit::sql::execute_all(&txn, statements).await?;
             if receipts::asked(events) {
@@ -102,12 +104,15 @@ impl SqlInboxStore {
                 receipts::allocate(&txn, events).await?;
             }
             txn.commit().await?;
+            if let Some(cache) = &self.heads {
+                cache.committed(&heads);
+            }
             self.known.remember(&created);
             return Ok(seqs);
-        }
-        // The caller's turn keeps the heads read here current until the commit; those this
-        // process committed last are not read again.
-        let cache = self.heads.as_ref().expect("SQLite keeps a heads cache");
+        };
+        // The caller's turn keeps the heads read here current until the commit against
+        // this process's appends (another process's may still race it); those this process
+        // committed last are not read again.
         let (mut before, missing) = cache.split(counts);
         if !missing.is_empty() {
             before.extend(heads::read(&self.db, &missing).await?);
@@ -222,7 +227,7 @@ impl InboxStore for SqlInboxStore {
         let counts = heads::counts(events);
         let mut attempt = 1;
         loop {
-            let err = match self.try_append(events, &counts).await {
+            let err = match self.try_append(events, &counts, attempt == 1).await {
                 Ok(seqs) => return Ok(seqs),
                 Err(err) => err,
             };

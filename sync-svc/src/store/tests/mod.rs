@@ -657,3 +657,35 @@ async fn webhook_payloads_are_queued_with_their_events_once() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_append_behind_another_replicas_numbers_again_after_it() {
+    for backend in testing::sql_backends() {
+        let config = testing::fresh_sql(backend).await.unwrap();
+        let mut replicas = Vec::new();
+        for _ in 0..2 {
+            let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
+                .await
+                .unwrap();
+            replicas.push(SqlInboxStore::new(db));
+        }
+        let first = replicas[0].append(&[event(1, &[7])]).await.unwrap();
+        let second = replicas[1].append(&[event(2, &[7])]).await.unwrap();
+        // On SQLite the first replica still holds user 7's head at 1: its first attempt
+        // takes seq 2 again and loses, the next numbers after the other replica's entry.
+        let third = replicas[0].append(&[event(3, &[7])]).await.unwrap();
+        assert_eq!(
+            (first, second, third),
+            (vec![vec![1]], vec![vec![2]], vec![vec![3]]),
+            "{backend:?}"
+        );
+        let seqs: Vec<i64> = replicas[1]
+            .entries(7, 0, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.sync_seq)
+            .collect();
+        assert_eq!(seqs, vec![1, 2, 3], "{backend:?}");
+    }
+}
