@@ -139,20 +139,32 @@ async fn appends_number_each_recipients_entries_after_their_last() {
     }
 }
 
+/// The sync seqs of user 7's first ten entries.
+async fn seqs_of_user_7(store: &SqlInboxStore) -> Vec<i64> {
+    let entries = store.entries(7, 0, 10).await.unwrap();
+    entries.iter().map(|e| e.sync_seq).collect()
+}
+
+/// Two stores over one fresh database, as two sync-svc replicas.
+async fn replicas(backend: testing::Backend) -> Vec<SqlInboxStore> {
+    let config = testing::fresh_sql(backend).await.unwrap();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
+            .await
+            .unwrap();
+        replicas.push(SqlInboxStore::new(db));
+    }
+    replicas
+}
+
 #[tokio::test]
 async fn concurrent_appenders_make_a_users_entries_visible_in_sync_seq_order() {
     const APPENDERS: i64 = 4;
     const EACH: i64 = 25;
     for backend in testing::sql_backends() {
-        let config = testing::fresh_sql(backend).await.unwrap();
-        // Two stores over one database, as two sync-svc replicas, two appenders each.
-        let mut replicas = Vec::new();
-        for _ in 0..2 {
-            let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
-                .await
-                .unwrap();
-            replicas.push(SqlInboxStore::new(db));
-        }
+        // Two appenders on each replica.
+        let replicas = replicas(backend).await;
         let appenders: Vec<_> = (0..APPENDERS)
             .map(|a| {
                 let store = replicas[a as usize % 2].clone();
@@ -367,14 +379,7 @@ async fn purging_drops_old_events_and_their_entries_only() {
             store.append(&[event(id, &[7, 8])]).await.unwrap();
         }
         assert_eq!(store.purge_before(3).await.unwrap(), 4, "{backend:?}");
-        let left: Vec<i64> = store
-            .entries(7, 0, 10)
-            .await
-            .unwrap()
-            .iter()
-            .map(|e| e.sync_seq)
-            .collect();
-        assert_eq!(left, vec![3, 4], "{backend:?}");
+        assert_eq!(seqs_of_user_7(&store).await, vec![3, 4], "{backend:?}");
         let known = store.known_events(&["e1", "e3"]).await.unwrap();
         assert_eq!(known, HashSet::from(["e3".to_owned()]), "{backend:?}");
     }
@@ -661,14 +666,7 @@ async fn webhook_payloads_are_queued_with_their_events_once() {
 #[tokio::test]
 async fn an_append_behind_another_replicas_numbers_again_after_it() {
     for backend in testing::sql_backends() {
-        let config = testing::fresh_sql(backend).await.unwrap();
-        let mut replicas = Vec::new();
-        for _ in 0..2 {
-            let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
-                .await
-                .unwrap();
-            replicas.push(SqlInboxStore::new(db));
-        }
+        let replicas = replicas(backend).await;
         let first = replicas[0].append(&[event(1, &[7])]).await.unwrap();
         let second = replicas[1].append(&[event(2, &[7])]).await.unwrap();
         // On SQLite the first replica still holds user 7's head at 1: its first attempt
@@ -679,13 +677,10 @@ async fn an_append_behind_another_replicas_numbers_again_after_it() {
             (vec![vec![1]], vec![vec![2]], vec![vec![3]]),
             "{backend:?}"
         );
-        let seqs: Vec<i64> = replicas[1]
-            .entries(7, 0, 10)
-            .await
-            .unwrap()
-            .iter()
-            .map(|e| e.sync_seq)
-            .collect();
-        assert_eq!(seqs, vec![1, 2, 3], "{backend:?}");
+        assert_eq!(
+            seqs_of_user_7(&replicas[1]).await,
+            vec![1, 2, 3],
+            "{backend:?}"
+        );
     }
 }
