@@ -74,6 +74,12 @@ pub fn insert_statement(
     table: &str,
     rows: &[OutboxRow],
 ) -> sea_orm::Statement {
+    if backend == sea_orm::DatabaseBackend::Postgres {
+        return crate::sql::Unnest::new()
+            .bigints("id", rows.iter().map(|row| row.id))
+            .bytes("payload", rows.iter().map(|row| row.payload.clone()))
+            .insert(table, "");
+    }
     let mut stmt = Query::insert();
     stmt.into_table(Alias::new(table))
         .columns([Col::Id, Col::Payload]);

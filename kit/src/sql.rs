@@ -9,8 +9,10 @@ use crate::config::SqlConfig;
 
 mod checkpoints;
 mod scripts;
+mod unnest;
 
 pub use scripts::{commit, execute_all};
+pub use unnest::Unnest;
 
 /// How long a serving SQLite connection waits for another's lock before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);

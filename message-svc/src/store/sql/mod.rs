@@ -22,6 +22,7 @@ use crate::domain::{
 
 mod files;
 mod order;
+mod postgres;
 mod reactions;
 mod schema;
 mod search;
@@ -272,6 +273,70 @@ pub(super) async fn write_appends(
     db: &DatabaseConnection,
     batch: &[Append],
 ) -> Result<(), StoreError> {
+    // Each conversation's oldest and newest seq in the batch (an upsert may not touch a
+    // row twice).
+    let mut conversations: std::collections::BTreeMap<&str, Seqs> = Default::default();
+    for a in batch {
+        let m = &a.message;
+        let seqs = conversations
+            .entry(m.conversation_id.as_str())
+            .or_insert(Seqs {
+                oldest: m.seq,
+                newest: m.seq,
+                newest_at_ms: m.server_time_ms,
+            });
+        seqs.oldest = Ord::min(seqs.oldest, m.seq);
+        seqs.newest = Ord::max(seqs.newest, m.seq);
+        seqs.newest_at_ms = Ord::max(seqs.newest_at_ms, m.server_time_ms);
+    }
+    let backend = db.get_database_backend();
+    let events: Vec<OutboxRow> = batch.iter().map(|a| a.event.clone()).collect();
+    let contents = batch.iter().map(|a| {
+        let m = &a.message;
+        (m.conversation_id.as_str(), m.seq, &m.content)
+    });
+    let mut rest = vec![outbox::insert_statement(backend, OUTBOX_TABLE, &events)];
+    rest.extend(files::references(backend, contents));
+    if backend == sea_orm::DatabaseBackend::Postgres {
+        return postgres::write_appends(db, batch, &conversations, rest).await;
+    }
+    let raise = imesh_kit::sql::upsert_max(
+        backend,
+        "conversations",
+        &["id", "max_seq", "updated_at_ms"],
+        &["id"],
+        &["max_seq", "updated_at_ms"],
+        (conversations.iter())
+            .map(|(id, s)| vec![(*id).into(), s.newest.into(), s.newest_at_ms.into()])
+            .collect(),
+    );
+    let mut statements = vec![insert_messages(backend, batch), raise];
+    statements.extend(rest);
+    if backend == sea_orm::DatabaseBackend::Sqlite {
+        // The writes take SQLite's one write lock at once: a trigger refuses what is behind.
+        imesh_kit::sql::commit(db, &statements).await?;
+        return Ok(());
+    }
+    let txn = db.begin().await?;
+    let oldest = conversations
+        .iter()
+        .map(|(id, s)| (*id, s.oldest))
+        .collect();
+    order::refuse_behind(&txn, &oldest).await?;
+    imesh_kit::sql::execute_all(&txn, statements).await?;
+    txn.commit().await?;
+    Ok(())
+}
+
+/// A conversation's seqs in one batch.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Seqs {
+    pub(super) oldest: i64,
+    pub(super) newest: i64,
+    pub(super) newest_at_ms: i64,
+}
+
+fn insert_messages(backend: sea_orm::DatabaseBackend, batch: &[Append]) -> sea_orm::Statement {
     let rows = batch.iter().map(|a| {
         let message = &a.message;
         let (kind, body) = encode_content(&message.content);
@@ -295,52 +360,7 @@ pub(super) async fn write_appends(
             forwarded: Set(message.forwarded.as_ref().map(json)),
         }
     });
-    // One row per conversation: an upsert may not touch a row twice.
-    let mut newest: std::collections::BTreeMap<&str, (i64, i64)> = Default::default();
-    let mut oldest: std::collections::BTreeMap<&str, i64> = Default::default();
-    for a in batch {
-        let m = &a.message;
-        let entry = newest.entry(m.conversation_id.as_str()).or_default();
-        *entry = (
-            Ord::max(entry.0, m.seq),
-            Ord::max(entry.1, m.server_time_ms),
-        );
-        let first = oldest.entry(m.conversation_id.as_str()).or_insert(m.seq);
-        *first = Ord::min(*first, m.seq);
-    }
-    let backend = db.get_database_backend();
-    let raise = imesh_kit::sql::upsert_max(
-        backend,
-        "conversations",
-        &["id", "max_seq", "updated_at_ms"],
-        &["id"],
-        &["max_seq", "updated_at_ms"],
-        newest
-            .into_iter()
-            .map(|(id, (seq, at))| vec![id.into(), seq.into(), at.into()])
-            .collect(),
-    );
-    let events: Vec<OutboxRow> = batch.iter().map(|a| a.event.clone()).collect();
-    let mut statements = vec![
-        messages::Entity::insert_many(rows).build(backend),
-        raise,
-        outbox::insert_statement(backend, OUTBOX_TABLE, &events),
-    ];
-    let contents = batch.iter().map(|a| {
-        let m = &a.message;
-        (m.conversation_id.as_str(), m.seq, &m.content)
-    });
-    statements.extend(files::references(backend, contents));
-    if backend == sea_orm::DatabaseBackend::Sqlite {
-        // The writes take SQLite's one write lock at once: a trigger refuses what is behind.
-        imesh_kit::sql::commit(db, &statements).await?;
-        return Ok(());
-    }
-    let txn = db.begin().await?;
-    order::refuse_behind(&txn, &oldest).await?;
-    imesh_kit::sql::execute_all(&txn, statements).await?;
-    txn.commit().await?;
-    Ok(())
+    messages::Entity::insert_many(rows).build(backend)
 }
 
 #[async_trait]
@@ -348,6 +368,9 @@ impl MessageStore for SqlMessageStore {
     async fn find_sent_many(&self, keys: &[(i64, &str)]) -> Result<Vec<Option<Sent>>, StoreError> {
         if keys.is_empty() {
             return Ok(Vec::new());
+        }
+        if self.reads.get_database_backend() == sea_orm::DatabaseBackend::Postgres {
+            return postgres::find_sent_many(&self.reads, keys).await;
         }
         // One index probe per pair: a list of senders beside a list of client ids would
         // also match every other pair of the two lists (a cross product, when clients

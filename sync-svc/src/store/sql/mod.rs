@@ -6,7 +6,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use imesh_kit::error::StoreError;
+use imesh_kit::{error::StoreError, sql::Unnest};
 use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, DbErr, TransactionTrait};
 use sea_orm_migration::prelude::*;
 
@@ -142,21 +142,6 @@ impl SqlInboxStore {
         seqs: &[Vec<i64>],
     ) -> (Vec<sea_orm::Statement>, Vec<(i64, String)>) {
         let backend = self.db.get_database_backend();
-        let mut statements = Vec::new();
-        let mut insert = Query::insert();
-        insert.into_table(SyncEvents::Table).columns([
-            SyncEvents::Id,
-            SyncEvents::EventId,
-            SyncEvents::Payload,
-        ]);
-        for e in events {
-            insert.values_panic([
-                e.id.into(),
-                e.event_id.clone().into(),
-                e.payload.to_vec().into(),
-            ]);
-        }
-        statements.push(backend.build(&insert));
         // In (user, seq) order, as every append takes its rows: appends racing to the same
         // seqs wait on each other in one order, never in a deadlock.
         let mut entries: Vec<(i64, i64, i64)> = events
@@ -165,18 +150,10 @@ impl SqlInboxStore {
             .flat_map(|(e, seqs)| e.recipients.iter().zip(seqs).map(|(u, s)| (*u, *s, e.id)))
             .collect();
         entries.sort_unstable();
-        for chunk in entries.chunks(CHUNK) {
-            let mut insert = Query::insert();
-            insert.into_table(Inbox::Table).columns([
-                Inbox::UserId,
-                Inbox::SyncSeq,
-                Inbox::EventPk,
-            ]);
-            for (user, seq, event) in chunk {
-                insert.values_panic([(*user).into(), (*seq).into(), (*event).into()]);
-            }
-            statements.push(backend.build(&insert));
-        }
+        let mut statements = match backend {
+            DatabaseBackend::Postgres => postgres_inserts(events, &entries),
+            _ => inserts(backend, events, &entries),
+        };
         let (marks, created) = reads::marks(backend, events, &self.known);
         statements.extend(marks);
         let hooks: Vec<imesh_kit::outbox::OutboxRow> = events
@@ -197,6 +174,59 @@ impl SqlInboxStore {
         }
         (statements, created)
     }
+}
+
+/// The events and their inbox entries as multi-row inserts, the entries `CHUNK` rows at a
+/// time.
+fn inserts(
+    backend: DatabaseBackend,
+    events: &[StoredEvent],
+    entries: &[(i64, i64, i64)],
+) -> Vec<sea_orm::Statement> {
+    let mut insert = Query::insert();
+    insert.into_table(SyncEvents::Table).columns([
+        SyncEvents::Id,
+        SyncEvents::EventId,
+        SyncEvents::Payload,
+    ]);
+    for e in events {
+        insert.values_panic([
+            e.id.into(),
+            e.event_id.clone().into(),
+            e.payload.to_vec().into(),
+        ]);
+    }
+    let mut statements = vec![backend.build(&insert)];
+    for chunk in entries.chunks(CHUNK) {
+        let mut insert = Query::insert();
+        insert
+            .into_table(Inbox::Table)
+            .columns([Inbox::UserId, Inbox::SyncSeq, Inbox::EventPk]);
+        for (user, seq, event) in chunk {
+            insert.values_panic([(*user).into(), (*seq).into(), (*event).into()]);
+        }
+        statements.push(backend.build(&insert));
+    }
+    statements
+}
+
+/// [`inserts`] on PostgreSQL: each table's rows as arrays, one statement whatever their
+/// number.
+fn postgres_inserts(
+    events: &[StoredEvent],
+    entries: &[(i64, i64, i64)],
+) -> Vec<sea_orm::Statement> {
+    let events = Unnest::new()
+        .bigints("id", events.iter().map(|e| e.id))
+        .texts("event_id", events.iter().map(|e| e.event_id.clone()))
+        .bytes("payload", events.iter().map(|e| e.payload.to_vec()))
+        .insert("sync_events", "");
+    let entries = Unnest::new()
+        .bigints("user_id", entries.iter().map(|(user, _, _)| *user))
+        .bigints("sync_seq", entries.iter().map(|(_, seq, _)| *seq))
+        .bigints("event_pk", entries.iter().map(|(_, _, event)| *event))
+        .insert("inbox", "");
+    vec![events, entries]
 }
 
 #[async_trait]

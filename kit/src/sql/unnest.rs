@@ -1,0 +1,222 @@
+//! A batch of rows as PostgreSQL arrays, one per column: `INSERT … SELECT … FROM
+//! unnest($1::bigint[], $2::text[], …)`. A multi-row `VALUES` list is a different statement
+//! for every number of rows, each with a parameter per cell: PostgreSQL parses and plans it
+//! anew and evaluates every parameter on its own. Over arrays a batch of any size is the
+//! same statement with one parameter per column, so its plan is cached.
+
+use sea_orm::{DatabaseBackend, Statement, Value, Values, sea_query::ArrayType};
+
+/// The columns of a batch of rows, each bound as one array.
+#[derive(Default)]
+pub struct Unnest {
+    /// Each column's name, its array's element type, and whether `''` stands for NULL.
+    columns: Vec<(String, &'static str, bool)>,
+    arrays: Vec<Value>,
+}
+
+impl Unnest {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn bigints(self, column: &'static str, values: impl IntoIterator<Item = i64>) -> Self {
+        self.column(column, "bigint", false, ArrayType::BigInt, values)
+    }
+
+    pub fn ints(self, column: &'static str, values: impl IntoIterator<Item = i32>) -> Self {
+        self.column(column, "integer", false, ArrayType::Int, values)
+    }
+
+    pub fn smallints(self, column: &'static str, values: impl IntoIterator<Item = i16>) -> Self {
+        self.column(column, "smallint", false, ArrayType::SmallInt, values)
+    }
+
+    pub fn bools(self, column: &'static str, values: impl IntoIterator<Item = bool>) -> Self {
+        self.column(column, "boolean", false, ArrayType::Bool, values)
+    }
+
+    pub fn texts(self, column: &'static str, values: impl IntoIterator<Item = String>) -> Self {
+        self.column(column, "text", false, ArrayType::String, values)
+    }
+
+    /// A nullable text column. The arrays bound here hold no NULL element, so NULL travels
+    /// as `''`: the column must never hold an empty string of its own.
+    pub fn optional_texts(
+        self,
+        column: &'static str,
+        values: impl IntoIterator<Item = Option<String>>,
+    ) -> Self {
+        let values = values.into_iter().map(|v| {
+            debug_assert_ne!(v.as_deref(), Some(""), "{column}: '' stands for NULL");
+            v.unwrap_or_default()
+        });
+        self.column(column, "text", true, ArrayType::String, values)
+    }
+
+    pub fn bytes(self, column: &'static str, values: impl IntoIterator<Item = Vec<u8>>) -> Self {
+        self.column(column, "bytea", false, ArrayType::Bytes, values)
+    }
+
+    fn column<T: Into<Value>>(
+        mut self,
+        column: &'static str,
+        sql_type: &'static str,
+        empty_is_null: bool,
+        ty: ArrayType,
+        values: impl IntoIterator<Item = T>,
+    ) -> Self {
+        let values: Vec<Value> = values.into_iter().map(Into::into).collect();
+        self.columns
+            .push((column.to_owned(), sql_type, empty_is_null));
+        self.arrays.push(Value::Array(ty, Some(Box::new(values))));
+        self
+    }
+
+    /// `unnest($1::bigint[], …) AS {alias}(column, …)`: the rows as a table, for a join.
+    /// Its parameters are the first ones of the statement.
+    pub fn table(&self, alias: &str) -> String {
+        let arrays: Vec<String> = (self.columns.iter().enumerate())
+            .map(|(i, (_, sql_type, _))| format!("${}::{sql_type}[]", i + 1))
+            .collect();
+        let names: Vec<&str> = self
+            .columns
+            .iter()
+            .map(|(name, _, _)| name.as_str())
+            .collect();
+        format!(
+            "unnest({}) AS {alias}({})",
+            arrays.join(", "),
+            names.join(", ")
+        )
+    }
+
+    /// `INSERT INTO {table} (columns) SELECT … FROM unnest(…) {tail}`, `tail` being e.g.
+    /// an `ON CONFLICT` clause.
+    pub fn insert(self, table: &str, tail: &str) -> Statement {
+        let names: Vec<&str> = self
+            .columns
+            .iter()
+            .map(|(name, _, _)| name.as_str())
+            .collect();
+        let select: Vec<String> = (self.columns.iter())
+            .map(|(name, _, empty_is_null)| match empty_is_null {
+                true => format!("NULLIF(r.{name}, '')"),
+                false => format!("r.{name}"),
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO {table} ({}) SELECT {} FROM {} {tail}",
+            names.join(", "),
+            select.join(", "),
+            self.table("r"),
+        );
+        self.statement(sql)
+    }
+
+    /// `sql` (which holds [`Unnest::table`]) with the arrays as its parameters.
+    pub fn statement(self, sql: String) -> Statement {
+        Statement::from_sql_and_values(DatabaseBackend::Postgres, sql, Values(self.arrays))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::{ConnectionTrait, DatabaseConnection};
+
+    use super::Unnest;
+    use crate::testing::{self, Backend};
+
+    type Row = (i64, i32, i16, bool, String, Option<String>, Vec<u8>);
+
+    /// A fresh PostgreSQL schema with a table of every type `Unnest` binds, when the test
+    /// stores have PostgreSQL.
+    async fn table() -> Option<DatabaseConnection> {
+        testing::sql_backends()
+            .contains(&Backend::Postgres)
+            .then_some(())?;
+        let config = testing::fresh_sql(Backend::Postgres).await.unwrap();
+        let db = crate::sql::connect(&config).await.unwrap();
+        db.execute_unprepared(
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, i INTEGER NOT NULL, s SMALLINT NOT NULL, \
+             b BOOLEAN NOT NULL, v VARCHAR(20) NOT NULL, o TEXT, x BYTEA NOT NULL)",
+        )
+        .await
+        .unwrap();
+        Some(db)
+    }
+
+    fn rows(n: i64) -> Vec<Row> {
+        (0..n)
+            .map(|k| {
+                let optional = (k % 2 == 0).then(|| format!("o{k}"));
+                (
+                    k,
+                    k as i32 * 2,
+                    k as i16,
+                    k % 3 == 0,
+                    format!("v{k}"),
+                    optional,
+                    vec![k as u8; 3],
+                )
+            })
+            .collect()
+    }
+
+    fn insert(rows: &[Row]) -> sea_orm::Statement {
+        Unnest::new()
+            .bigints("k", rows.iter().map(|r| r.0))
+            .ints("i", rows.iter().map(|r| r.1))
+            .smallints("s", rows.iter().map(|r| r.2))
+            .bools("b", rows.iter().map(|r| r.3))
+            .texts("v", rows.iter().map(|r| r.4.clone()))
+            .optional_texts("o", rows.iter().map(|r| r.5.clone()))
+            .bytes("x", rows.iter().map(|r| r.6.clone()))
+            .insert("t", "ON CONFLICT (k) DO NOTHING")
+    }
+
+    async fn stored(db: &DatabaseConnection) -> Vec<Row> {
+        let rows = db
+            .query_all_raw(sea_orm::Statement::from_string(
+                sea_orm::DatabaseBackend::Postgres,
+                "SELECT k, i, s, b, v, o, x FROM t ORDER BY k",
+            ))
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| r.try_get_many_by_index::<Row>().unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn batches_of_any_size_are_one_statement_storing_every_row_and_null() {
+        let Some(db) = table().await else { return };
+        let (one, many) = (rows(1), rows(300));
+        assert_eq!(
+            insert(&one).sql,
+            insert(&many).sql,
+            "one statement for every size"
+        );
+        db.execute_raw(insert(&one)).await.unwrap();
+        // The tail applies: the row already stored is skipped, not an error.
+        db.execute_raw(insert(&many)).await.unwrap();
+        let stored = stored(&db).await;
+        assert_eq!(stored, many);
+        assert_eq!(stored[1].5, None, "'' went in as NULL");
+    }
+
+    #[tokio::test]
+    async fn the_rows_join_as_a_table_matching_whole_rows() {
+        let Some(db) = table().await else { return };
+        db.execute_raw(insert(&rows(10))).await.unwrap();
+        let keys = Unnest::new()
+            .bigints("k", [7, 3, 42])
+            .texts("v", ["v7", "wrong", "v42"].map(String::from));
+        let sql = format!(
+            "SELECT t.k FROM {} JOIN t USING (k, v) ORDER BY t.k",
+            keys.table("q")
+        );
+        let found = db.query_all_raw(keys.statement(sql)).await.unwrap();
+        let found: Vec<i64> = found.iter().map(|r| r.try_get("", "k").unwrap()).collect();
+        assert_eq!(found, vec![7], "only the pair stored as given");
+    }
+}

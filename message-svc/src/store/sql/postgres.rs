@@ -1,0 +1,130 @@
+//! PostgreSQL's statements for the send path, each table's rows bound as arrays
+//! ([`Unnest`]): a batch of any size is the same statements, planned once per connection,
+//! and the order check, the conversations' max seqs and their row locks are one statement.
+
+use std::collections::BTreeMap;
+
+use imesh_kit::{error::StoreError, sql::Unnest};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
+
+use super::{Seqs, encode_content, encode_mentions, json};
+use crate::{domain::Sent, store::commits::Append};
+
+/// Writes `batch` in one transaction (see [`super::write_appends`]): the conversations
+/// first, then the messages and `rest` (the outbox and file references).
+pub(super) async fn write_appends(
+    db: &DatabaseConnection,
+    batch: &[Append],
+    conversations: &BTreeMap<&str, Seqs>,
+    rest: Vec<Statement>,
+) -> Result<(), StoreError> {
+    let txn = db.begin().await?;
+    let raised = txn.query_all_raw(raise_checked(conversations)).await?;
+    if raised.len() != conversations.len() {
+        let raised: Vec<String> = (raised.iter())
+            .map(|row| row.try_get("", "id"))
+            .collect::<Result<_, _>>()?;
+        let (id, seqs) = (conversations.iter())
+            .find(|(id, _)| !raised.iter().any(|r| r == *id))
+            .expect("a conversation was not raised");
+        return Err(StoreError::Unavailable(anyhow::anyhow!(
+            "conversation {id}: seq {} is not above its committed max seq; retry",
+            seqs.oldest
+        )));
+    }
+    txn.execute_raw(insert_messages(batch)).await?;
+    imesh_kit::sql::execute_all(&txn, rest).await?;
+    txn.commit().await?;
+    Ok(())
+}
+
+/// Raises each conversation's max seq to the batch's newest, unless its committed max seq
+/// is already at or past the batch's oldest: such a row is locked but left as it is and
+/// not returned (`super::order` says why). Rows are taken in id order, so two writers lock
+/// shared conversations in the same order.
+fn raise_checked(conversations: &BTreeMap<&str, Seqs>) -> Statement {
+    let rows = Unnest::new()
+        .texts("id", conversations.keys().map(|id| id.to_string()))
+        .bigints("oldest", conversations.values().map(|s| s.oldest))
+        .bigints("max_seq", conversations.values().map(|s| s.newest))
+        .bigints(
+            "updated_at_ms",
+            conversations.values().map(|s| s.newest_at_ms),
+        );
+    let sql = format!(
+        "WITH b AS (SELECT * FROM {}) \
+         INSERT INTO conversations AS c (id, max_seq, updated_at_ms) \
+         SELECT id, max_seq, updated_at_ms FROM b ORDER BY id \
+         ON CONFLICT (id) DO UPDATE SET max_seq = GREATEST(c.max_seq, excluded.max_seq), \
+         updated_at_ms = GREATEST(c.updated_at_ms, excluded.updated_at_ms) \
+         WHERE c.max_seq < (SELECT oldest FROM b WHERE b.id = excluded.id) \
+         RETURNING c.id",
+        rows.table("b")
+    );
+    rows.statement(sql)
+}
+
+fn insert_messages(batch: &[Append]) -> Statement {
+    let messages = || batch.iter().map(|a| &a.message);
+    let contents: Vec<(i16, String)> = messages().map(|m| encode_content(&m.content)).collect();
+    Unnest::new()
+        .bigints("msg_id", messages().map(|m| m.msg_id))
+        .texts(
+            "conversation_id",
+            messages().map(|m| m.conversation_id.clone()),
+        )
+        .bigints("seq", messages().map(|m| m.seq))
+        .bigints("sender_id", messages().map(|m| m.sender_id))
+        .texts("client_msg_id", messages().map(|m| m.client_msg_id.clone()))
+        .smallints("kind", contents.iter().map(|(kind, _)| *kind))
+        .texts("body", contents.into_iter().map(|(_, body)| body))
+        .optional_texts("mentions", messages().map(|m| encode_mentions(&m.mentions)))
+        .bools("mention_all", messages().map(|m| m.mentions.all))
+        .ints("receipt_bound", messages().map(|m| m.receipt_bound as i32))
+        .bigints("server_time_ms", messages().map(|m| m.server_time_ms))
+        .bigints("recalled_by", messages().map(|_| 0))
+        .bigints("recalled_at_ms", messages().map(|_| 0))
+        .ints("version", messages().map(|m| m.version))
+        .bigints("edited_at_ms", messages().map(|m| m.edited_at_ms))
+        .optional_texts("reply", messages().map(|m| m.reply.as_ref().map(json)))
+        .optional_texts(
+            "forwarded",
+            messages().map(|m| m.forwarded.as_ref().map(json)),
+        )
+        .insert("messages", "")
+}
+
+/// The messages sent under each (sender, client msg id) of `keys`, in `keys`' order: one
+/// index probe per key, joined against the keys as arrays.
+pub(super) async fn find_sent_many(
+    db: &DatabaseConnection,
+    keys: &[(i64, &str)],
+) -> Result<Vec<Option<Sent>>, StoreError> {
+    let keys_table = Unnest::new()
+        .bigints("sender_id", keys.iter().map(|(sender, _)| *sender))
+        .texts("client_msg_id", keys.iter().map(|(_, id)| id.to_string()));
+    let sql = format!(
+        "SELECT m.sender_id, m.client_msg_id, m.msg_id, m.conversation_id, m.seq, \
+         m.server_time_ms FROM {} JOIN messages m USING (sender_id, client_msg_id)",
+        keys_table.table("k")
+    );
+    let rows = db.query_all_raw(keys_table.statement(sql)).await?;
+    let mut found = std::collections::HashMap::with_capacity(rows.len());
+    for row in rows {
+        let key: (i64, String) = (
+            row.try_get("", "sender_id")?,
+            row.try_get("", "client_msg_id")?,
+        );
+        let sent = Sent {
+            msg_id: row.try_get("", "msg_id")?,
+            conversation_id: row.try_get("", "conversation_id")?,
+            seq: row.try_get("", "seq")?,
+            server_time_ms: row.try_get("", "server_time_ms")?,
+            duplicate: false,
+        };
+        found.insert(key, sent);
+    }
+    Ok((keys.iter())
+        .map(|(sender, id)| found.remove(&(*sender, id.to_string())))
+        .collect())
+}
