@@ -222,7 +222,9 @@ pub enum Merge<'a> {
 
 /// `INSERT rows … ON CONFLICT (key)` merging the columns `merges` names, or doing nothing
 /// when `merges` is empty (insert-if-absent), for whichever backend `backend` is. The rows
-/// must not repeat a key (PostgreSQL refuses to touch a row twice in one statement).
+/// must not repeat a key (PostgreSQL refuses to touch a row twice in one statement). On
+/// PostgreSQL rows of plain non-NULL values go as arrays ([`Unnest`]): one statement for
+/// every number of rows.
 pub fn upsert(
     backend: sea_orm::DatabaseBackend,
     table: &str,
@@ -231,7 +233,32 @@ pub fn upsert(
     merges: &[Merge<'_>],
     rows: Vec<Vec<sea_orm::Value>>,
 ) -> sea_orm::Statement {
-    backend.build(&upsert_query(backend, table, columns, key, merges, rows))
+    if backend != sea_orm::DatabaseBackend::Postgres {
+        return backend.build(&upsert_query(backend, table, columns, key, merges, rows));
+    }
+    match Unnest::of_rows(columns, rows) {
+        Ok(arrays) => arrays.insert(table, &postgres_on_conflict(table, key, merges)),
+        Err(rows) => backend.build(&upsert_query(backend, table, columns, key, merges, rows)),
+    }
+}
+
+/// [`upsert_query`]'s `ON CONFLICT` clause, written out for PostgreSQL.
+fn postgres_on_conflict(table: &str, key: &[&str], merges: &[Merge<'_>]) -> String {
+    let key = key.join(", ");
+    if merges.is_empty() {
+        return format!("ON CONFLICT ({key}) DO NOTHING");
+    }
+    let sets: Vec<String> = (merges.iter())
+        .map(|merge| match *merge {
+            Merge::Greatest(col) => format!("{col} = GREATEST({table}.{col}, excluded.{col})"),
+            Merge::Add(col) => format!("{col} = {table}.{col} + excluded.{col}"),
+            Merge::NewerBy { column, by } => format!(
+                "{column} = CASE WHEN excluded.{by} > {table}.{by} THEN excluded.{column} \
+                 ELSE {table}.{column} END"
+            ),
+        })
+        .collect();
+    format!("ON CONFLICT ({key}) DO UPDATE SET {}", sets.join(", "))
 }
 
 /// [`upsert`] as a sea-query statement, for callers that add to it (e.g. `RETURNING`).

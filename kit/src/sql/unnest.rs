@@ -72,6 +72,50 @@ impl Unnest {
         self
     }
 
+    /// `rows` (each a value per column of `columns`) as arrays, when every value is of a
+    /// type this binds and each column's values are of one type, none NULL; otherwise the
+    /// rows as they were.
+    pub fn of_rows(columns: &[&str], rows: Vec<Vec<Value>>) -> Result<Self, Vec<Vec<Value>>> {
+        let Some(first) = rows.first() else {
+            return Err(rows);
+        };
+        let mut types = Vec::with_capacity(columns.len());
+        for value in first {
+            types.push(match value {
+                Value::BigInt(_) => ("bigint", ArrayType::BigInt),
+                Value::Int(_) => ("integer", ArrayType::Int),
+                Value::SmallInt(_) => ("smallint", ArrayType::SmallInt),
+                Value::Bool(_) => ("boolean", ArrayType::Bool),
+                Value::String(_) => ("text", ArrayType::String),
+                Value::Bytes(_) => ("bytea", ArrayType::Bytes),
+                _ => return Err(rows),
+            });
+        }
+        let typed = |row: &Vec<Value>| {
+            row.len() == columns.len()
+                && (row.iter().zip(first)).all(|(v, f)| {
+                    std::mem::discriminant(v) == std::mem::discriminant(f) && v.is_some()
+                })
+        };
+        if types.len() != columns.len() || !rows.iter().all(typed) {
+            return Err(rows);
+        }
+        let mut arrays: Vec<Vec<Value>> = (columns.iter())
+            .map(|_| Vec::with_capacity(rows.len()))
+            .collect();
+        for row in rows {
+            for (array, value) in arrays.iter_mut().zip(row) {
+                array.push(value);
+            }
+        }
+        let mut unnest = Self::new();
+        for ((column, (sql_type, ty)), values) in columns.iter().zip(types).zip(arrays) {
+            unnest.columns.push(((*column).to_owned(), sql_type, false));
+            unnest.arrays.push(Value::Array(ty, Some(Box::new(values))));
+        }
+        Ok(unnest)
+    }
+
     /// `unnest($1::bigint[], …) AS {alias}(column, …)`: the rows as a table, for a join.
     /// Its parameters are the first ones of the statement.
     pub fn table(&self, alias: &str) -> String {
@@ -218,5 +262,34 @@ mod tests {
         let found = db.query_all_raw(keys.statement(sql)).await.unwrap();
         let found: Vec<i64> = found.iter().map(|r| r.try_get("", "k").unwrap()).collect();
         assert_eq!(found, vec![7], "only the pair stored as given");
+    }
+
+    #[test]
+    fn rows_with_a_null_a_mixed_column_or_an_unbound_type_stay_rows() {
+        use sea_orm::Value;
+        let typed = vec![vec![Value::BigInt(Some(1)), Value::String(Some("a".into()))]];
+        assert!(Unnest::of_rows(&["k", "v"], typed).is_ok());
+        for rows in [
+            vec![vec![Value::BigInt(Some(1)), Value::String(None)]],
+            vec![vec![Value::BigInt(Some(1))], vec![Value::Int(Some(2))]],
+            vec![vec![Value::Double(Some(1.5))]],
+            vec![],
+        ] {
+            let columns = ["k", "v"];
+            let columns = &columns[..rows.first().map_or(1, Vec::len)];
+            assert_eq!(Unnest::of_rows(columns, rows.clone()).err(), Some(rows));
+        }
+    }
+
+    #[test]
+    fn a_postgres_upsert_is_one_statement_for_every_number_of_rows() {
+        use crate::sql::{Merge, upsert};
+        let rows = |n: i64| (0..n).map(|k| vec![k.into(), (k * 2).into()]).collect();
+        let merges = [Merge::Greatest("v")];
+        let pg = sea_orm::DatabaseBackend::Postgres;
+        let one = upsert(pg, "t", &["k", "v"], &["k"], &merges, rows(1));
+        let many = upsert(pg, "t", &["k", "v"], &["k"], &merges, rows(40));
+        assert_eq!(one.sql, many.sql);
+        assert!(one.sql.contains("unnest("), "{}", one.sql);
     }
 }
