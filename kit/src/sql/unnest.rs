@@ -116,6 +116,11 @@ impl Unnest {
         Ok(unnest)
     }
 
+    /// How many parameters the arrays take: a statement's own come after them.
+    pub fn parameters(&self) -> usize {
+        self.arrays.len()
+    }
+
     /// `unnest($1::bigint[], …) AS {alias}(column, …)`: the rows as a table, for a join.
     /// Its parameters are the first ones of the statement.
     pub fn table(&self, alias: &str) -> String {
@@ -267,7 +272,10 @@ mod tests {
     #[test]
     fn rows_with_a_null_a_mixed_column_or_an_unbound_type_stay_rows() {
         use sea_orm::Value;
-        let typed = vec![vec![Value::BigInt(Some(1)), Value::String(Some("a".into()))]];
+        let typed = vec![vec![
+            Value::BigInt(Some(1)),
+            Value::String(Some("a".into())),
+        ]];
         assert!(Unnest::of_rows(&["k", "v"], typed).is_ok());
         for rows in [
             vec![vec![Value::BigInt(Some(1)), Value::String(None)]],

@@ -41,27 +41,36 @@ pub(super) async fn write_appends(
 /// Raises each conversation's max seq to the batch's newest, unless its committed max seq
 /// is already at or past the batch's oldest: such a row is locked but left as it is and
 /// not returned (`super::order` says why). Rows are taken in id order, so two writers lock
-/// shared conversations in the same order.
+/// shared conversations in the same order. Each conflict finds its conversation's oldest
+/// seq in a JSON object, by key: a lookup in the rows themselves would scan them all for
+/// each conflict.
 fn raise_checked(conversations: &BTreeMap<&str, Seqs>) -> Statement {
     let rows = Unnest::new()
         .texts("id", conversations.keys().map(|id| id.to_string()))
-        .bigints("oldest", conversations.values().map(|s| s.oldest))
         .bigints("max_seq", conversations.values().map(|s| s.newest))
         .bigints(
             "updated_at_ms",
             conversations.values().map(|s| s.newest_at_ms),
         );
+    let oldest: serde_json::Map<String, serde_json::Value> = (conversations.iter())
+        .map(|(id, seqs)| (id.to_string(), seqs.oldest.into()))
+        .collect();
     let sql = format!(
-        "WITH b AS (SELECT * FROM {}) \
-         INSERT INTO conversations AS c (id, max_seq, updated_at_ms) \
-         SELECT id, max_seq, updated_at_ms FROM b ORDER BY id \
+        "INSERT INTO conversations AS c (id, max_seq, updated_at_ms) \
+         SELECT r.id, r.max_seq, r.updated_at_ms FROM {} ORDER BY r.id \
          ON CONFLICT (id) DO UPDATE SET max_seq = GREATEST(c.max_seq, excluded.max_seq), \
          updated_at_ms = GREATEST(c.updated_at_ms, excluded.updated_at_ms) \
-         WHERE c.max_seq < (SELECT oldest FROM b WHERE b.id = excluded.id) \
+         WHERE c.max_seq < (${}::jsonb ->> excluded.id)::bigint \
          RETURNING c.id",
-        rows.table("b")
+        rows.table("r"),
+        rows.parameters() + 1,
     );
-    rows.statement(sql)
+    let mut statement = rows.statement(sql);
+    let oldest = serde_json::Value::Object(oldest).to_string();
+    if let Some(values) = &mut statement.values {
+        values.0.push(oldest.into());
+    }
+    statement
 }
 
 fn insert_messages(batch: &[Append]) -> Statement {
@@ -95,7 +104,7 @@ fn insert_messages(batch: &[Append]) -> Statement {
 }
 
 /// The messages sent under each (sender, client msg id) of `keys`, in `keys`' order: one
-/// index probe per key, joined against the keys as arrays.
+/// index probe per key, the keys bound as arrays.
 pub(super) async fn find_sent_many(
     db: &DatabaseConnection,
     keys: &[(i64, &str)],
@@ -103,9 +112,13 @@ pub(super) async fn find_sent_many(
     let keys_table = Unnest::new()
         .bigints("sender_id", keys.iter().map(|(sender, _)| *sender))
         .texts("client_msg_id", keys.iter().map(|(_, id)| id.to_string()));
+    // A lateral subquery with a limit is never flattened into a join: each key is an index
+    // probe, where a join planned against a table's stale statistics (a table that has
+    // grown since they were taken) may scan it whole.
     let sql = format!(
-        "SELECT m.sender_id, m.client_msg_id, m.msg_id, m.conversation_id, m.seq, \
-         m.server_time_ms FROM {} JOIN messages m USING (sender_id, client_msg_id)",
+        "SELECT m.* FROM {} CROSS JOIN LATERAL (SELECT sender_id, client_msg_id, msg_id, \
+         conversation_id, seq, server_time_ms FROM messages \
+         WHERE sender_id = k.sender_id AND client_msg_id = k.client_msg_id LIMIT 1) m",
         keys_table.table("k")
     );
     let rows = db.query_all_raw(keys_table.statement(sql)).await?;

@@ -136,7 +136,7 @@ pub(super) async fn advance(
     let mut before = HashMap::with_capacity(counts.len());
     for chunk in counts.chunks(CHUNK) {
         let rows = chunk.iter().map(|(u, c)| vec![(*u).into(), (*c).into()]);
-        let mut advance = imesh_kit::sql::upsert_query(
+        let mut advance = imesh_kit::sql::upsert(
             backend,
             "inbox_heads",
             &["user_id", "last_seq"],
@@ -145,11 +145,10 @@ pub(super) async fn advance(
             rows.collect(),
         );
         let heads = if backend == DatabaseBackend::Postgres {
-            advance
-                .returning(Query::returning().columns([InboxHeads::UserId, InboxHeads::LastSeq]));
-            txn.query_all(&advance).await?
+            advance.sql.push_str(" RETURNING user_id, last_seq");
+            txn.query_all_raw(advance).await?
         } else {
-            txn.execute(&advance).await?;
+            txn.execute_raw(advance).await?;
             let users: Vec<i64> = chunk.iter().map(|(u, _)| *u).collect();
             txn.query_all(&select(&users)).await?
         };
