@@ -73,8 +73,9 @@ impl Unnest {
     }
 
     /// `rows` (each a value per column of `columns`) as arrays, when every value is of a
-    /// type this binds and each column's values are of one type, none NULL; otherwise the
-    /// rows as they were.
+    /// type this binds and each column's values are of one type; otherwise the rows as they
+    /// were. A NULL is bound only in a text or bytes column holding no empty value of its
+    /// own, as the empty value (see [`Unnest::optional_texts`]).
     pub fn of_rows(columns: &[&str], rows: Vec<Vec<Value>>) -> Result<Self, Vec<Vec<Value>>> {
         let Some(first) = rows.first() else {
             return Err(rows);
@@ -91,26 +92,47 @@ impl Unnest {
                 _ => return Err(rows),
             });
         }
-        let typed = |row: &Vec<Value>| {
-            row.len() == columns.len()
-                && (row.iter().zip(first)).all(|(v, f)| {
-                    std::mem::discriminant(v) == std::mem::discriminant(f) && v.is_some()
-                })
-        };
-        if types.len() != columns.len() || !rows.iter().all(typed) {
+        if types.len() != columns.len() || rows.iter().any(|row| row.len() != columns.len()) {
             return Err(rows);
+        }
+        // Per column: whether it holds a NULL, and whether it may (no empty value of its own).
+        let mut nulls = vec![false; columns.len()];
+        for (i, f) in first.iter().enumerate() {
+            let column = rows.iter().map(|row| &row[i]);
+            if column
+                .clone()
+                .any(|v| std::mem::discriminant(v) != std::mem::discriminant(f))
+            {
+                return Err(rows);
+            }
+            nulls[i] = column.clone().any(|v| !v.is_some());
+            let empty = |v: &Value| match v {
+                Value::String(Some(s)) => s.is_empty(),
+                Value::Bytes(Some(b)) => b.is_empty(),
+                _ => false,
+            };
+            let nullable = matches!(f, Value::String(_) | Value::Bytes(_));
+            if nulls[i] && (!nullable || column.clone().any(empty)) {
+                return Err(rows);
+            }
         }
         let mut arrays: Vec<Vec<Value>> = (columns.iter())
             .map(|_| Vec::with_capacity(rows.len()))
             .collect();
         for row in rows {
             for (array, value) in arrays.iter_mut().zip(row) {
-                array.push(value);
+                array.push(match value {
+                    Value::String(None) => Value::String(Some(String::new())),
+                    Value::Bytes(None) => Value::Bytes(Some(Vec::new())),
+                    value => value,
+                });
             }
         }
         let mut unnest = Self::new();
-        for ((column, (sql_type, ty)), values) in columns.iter().zip(types).zip(arrays) {
-            unnest.columns.push(((*column).to_owned(), sql_type, false));
+        for (((column, (sql_type, ty)), values), null) in
+            columns.iter().zip(types).zip(arrays).zip(nulls)
+        {
+            unnest.columns.push(((*column).to_owned(), sql_type, null));
             unnest.arrays.push(Value::Array(ty, Some(Box::new(values))));
         }
         Ok(unnest)
@@ -270,15 +292,21 @@ mod tests {
     }
 
     #[test]
-    fn rows_with_a_null_a_mixed_column_or_an_unbound_type_stay_rows() {
+    fn rows_with_an_ambiguous_null_a_mixed_column_or_an_unbound_type_stay_rows() {
         use sea_orm::Value;
         let typed = vec![vec![
             Value::BigInt(Some(1)),
             Value::String(Some("a".into())),
         ]];
         assert!(Unnest::of_rows(&["k", "v"], typed).is_ok());
+        let null_text = vec![vec![Value::BigInt(Some(1)), Value::String(None)]];
+        assert!(Unnest::of_rows(&["k", "v"], null_text).is_ok());
         for rows in [
-            vec![vec![Value::BigInt(Some(1)), Value::String(None)]],
+            vec![vec![Value::BigInt(None), Value::String(Some("a".into()))]],
+            vec![
+                vec![Value::BigInt(Some(1)), Value::String(None)],
+                vec![Value::BigInt(Some(2)), Value::String(Some(String::new()))],
+            ],
             vec![vec![Value::BigInt(Some(1))], vec![Value::Int(Some(2))]],
             vec![vec![Value::Double(Some(1.5))]],
             vec![],
@@ -299,5 +327,38 @@ mod tests {
         let many = upsert(pg, "t", &["k", "v"], &["k"], &merges, rows(40));
         assert_eq!(one.sql, many.sql);
         assert!(one.sql.contains("unnest("), "{}", one.sql);
+    }
+
+    #[tokio::test]
+    async fn an_upsert_keeps_nulls_and_empty_texts_apart() {
+        let Some(db) = table().await else { return };
+        let row = |k: i64, o: Option<&str>| -> Vec<sea_orm::Value> {
+            let o = sea_orm::Value::String(o.map(String::from));
+            vec![
+                k.into(),
+                0i32.into(),
+                0i16.into(),
+                false.into(),
+                "v".into(),
+                o,
+                vec![1u8].into(),
+            ]
+        };
+        let columns = ["k", "i", "s", "b", "v", "o", "x"];
+        let upsert =
+            |rows| crate::sql::upsert(db.get_database_backend(), "t", &columns, &["k"], &[], rows);
+        // NULLs and no empty text: arrays, '' standing for NULL.
+        let arrays = upsert(vec![row(1, None), row(2, Some("two"))]);
+        assert!(arrays.sql.contains("unnest("), "{}", arrays.sql);
+        db.execute_raw(arrays).await.unwrap();
+        // A NULL beside an empty text: rows as they are.
+        let values = upsert(vec![row(3, None), row(4, Some(""))]);
+        assert!(!values.sql.contains("unnest("), "{}", values.sql);
+        db.execute_raw(values).await.unwrap();
+        let stored: Vec<Option<String>> = stored(&db).await.into_iter().map(|r| r.5).collect();
+        assert_eq!(
+            stored,
+            [None, Some("two".into()), None, Some(String::new())]
+        );
     }
 }
