@@ -7,10 +7,11 @@
 //! conversation's sends in turn (gateways route them by conversation), so this only
 //! refuses the rare send that raced a rerouting.
 //!
-//! On PostgreSQL and MySQL the writer locks the conversations' rows first
-//! ([`refuse_behind`]), so the check and the commit are one step. On SQLite, whose
-//! transactions hold its one write lock from their start, a trigger checks each row as it
-//! is inserted, inside the writer's one-trip script.
+//! On MySQL the writer locks the conversations' rows first ([`refuse_behind`]), so the
+//! check and the commit are one step; on PostgreSQL one upsert locks, checks and raises
+//! them (`super::postgres`). On SQLite, whose transactions hold its one write lock from
+//! their start, a trigger checks each row as it is inserted, inside the writer's one-trip
+//! script.
 
 use std::collections::BTreeMap;
 
