@@ -9,6 +9,11 @@ use sea_orm::{DatabaseBackend, Statement, Value, Values, sea_query::ArrayType};
 /// The columns of a batch of rows, each bound as one array.
 #[derive(Default)]
 pub struct Unnest {
+    /// The parameters of the statement before these arrays.
+    before: usize,
+    /// How many of the columns an insert writes (the rest are for its conditions); all
+    /// when `None`.
+    inserted: Option<usize>,
     /// Each column's name, its array's element type, and whether `''` stands for NULL.
     columns: Vec<(String, &'static str, bool)>,
     arrays: Vec<Value>,
@@ -17,6 +22,20 @@ pub struct Unnest {
 impl Unnest {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Arrays numbered after the `before` parameters of other parts of one statement.
+    pub fn after(before: usize) -> Self {
+        Self {
+            before,
+            ..Self::default()
+        }
+    }
+
+    /// The columns after this are not inserted: they are there for an insert's conditions.
+    pub fn not_inserted(mut self) -> Self {
+        self.inserted = Some(self.columns.len());
+        self
     }
 
     pub fn bigints(self, column: &'static str, values: impl IntoIterator<Item = i64>) -> Self {
@@ -138,16 +157,21 @@ impl Unnest {
         Ok(unnest)
     }
 
-    /// How many parameters the arrays take: a statement's own come after them.
+    /// The parameters up to and including these arrays: a statement's own come after them.
     pub fn parameters(&self) -> usize {
-        self.arrays.len()
+        self.before + self.arrays.len()
+    }
+
+    /// The arrays, as the parameters they are.
+    pub fn into_values(self) -> Vec<Value> {
+        self.arrays
     }
 
     /// `unnest($1::bigint[], …) AS {alias}(column, …)`: the rows as a table, for a join.
     /// Its parameters are the first ones of the statement.
     pub fn table(&self, alias: &str) -> String {
         let arrays: Vec<String> = (self.columns.iter().enumerate())
-            .map(|(i, (_, sql_type, _))| format!("${}::{sql_type}[]", i + 1))
+            .map(|(i, (_, sql_type, _))| format!("${}::{sql_type}[]", self.before + i + 1))
             .collect();
         let names: Vec<&str> = self
             .columns
@@ -164,28 +188,34 @@ impl Unnest {
     /// `INSERT INTO {table} (columns) SELECT … FROM unnest(…) {tail}`, `tail` being e.g.
     /// an `ON CONFLICT` clause.
     pub fn insert(self, table: &str, tail: &str) -> Statement {
-        let names: Vec<&str> = self
-            .columns
-            .iter()
-            .map(|(name, _, _)| name.as_str())
-            .collect();
-        let select: Vec<String> = (self.columns.iter())
+        let sql = self.insert_sql(table, tail);
+        self.statement(sql)
+    }
+
+    /// [`Unnest::insert`]'s text, for a statement of several parts.
+    pub fn insert_sql(&self, table: &str, tail: &str) -> String {
+        let inserted = &self.columns[..self.inserted.unwrap_or(self.columns.len())];
+        let names: Vec<&str> = inserted.iter().map(|(name, _, _)| name.as_str()).collect();
+        let select: Vec<String> = (inserted.iter())
             .map(|(name, _, empty_is_null)| match empty_is_null {
                 true => format!("NULLIF(r.{name}, '')"),
                 false => format!("r.{name}"),
             })
             .collect();
-        let sql = format!(
+        format!(
             "INSERT INTO {table} ({}) SELECT {} FROM {} {tail}",
             names.join(", "),
             select.join(", "),
             self.table("r"),
-        );
-        self.statement(sql)
+        )
     }
 
     /// `sql` (which holds [`Unnest::table`]) with the arrays as its parameters.
     pub fn statement(self, sql: String) -> Statement {
+        debug_assert_eq!(
+            self.before, 0,
+            "arrays after other parameters: use into_values"
+        );
         Statement::from_sql_and_values(DatabaseBackend::Postgres, sql, Values(self.arrays))
     }
 }

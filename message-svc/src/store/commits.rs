@@ -2,7 +2,9 @@
 //! and go into the next one together, as multi-row inserts. Under load one transaction
 //! carries many messages; alone, a message is written at once. A batch that fails (one
 //! row's conflict fails them all) is written again row by row, so each send gets its own
-//! answer and a conflict only refuses the send it belongs to.
+//! answer and a conflict only refuses the send it belongs to. On PostgreSQL a batch leaves
+//! out the conversations that are behind (`sql::order`) and stores the rest; their sends
+//! are refused.
 //!
 //! One writer commits in queue order, on every backend: appends become visible to the
 //! outbox relay in the order they were queued, which is what keeps one device's messages
@@ -84,22 +86,39 @@ async fn write_batches(
                 Err(_) => break,
             }
         }
-        if batch.len() > 1 && super::sql::write_appends(&db, &batch).await.is_ok() {
+        if batch.len() > 1
+            && let Ok(behind) = super::sql::write_appends(&db, &batch).await
+        {
             let mut events = Vec::with_capacity(batch.len());
             for append in batch {
-                events.push(append.event);
-                let _ = append.done.send(Ok(()));
+                let outcome = refused(&append, &behind);
+                if outcome.is_ok() {
+                    events.push(append.event);
+                }
+                let _ = append.done.send(outcome);
             }
             hand_over(events);
             continue;
         }
         for append in batch {
-            let outcome = super::sql::write_appends(&db, std::slice::from_ref(&append)).await;
+            let outcome = super::sql::write_appends(&db, std::slice::from_ref(&append))
+                .await
+                .and_then(|behind| refused(&append, &behind));
             let stored = outcome.is_ok();
             let _ = append.done.send(outcome);
             if stored {
                 hand_over(vec![append.event]);
             }
         }
+    }
+}
+
+/// The outcome of a written append: refused when its conversation is among those
+/// `behind`, whose messages the write left out.
+fn refused(append: &Append, behind: &[String]) -> Result<(), StoreError> {
+    let message = &append.message;
+    match behind.contains(&message.conversation_id) {
+        true => Err(super::sql::behind(&message.conversation_id, message.seq)),
+        false => Ok(()),
     }
 }

@@ -119,6 +119,36 @@ async fn a_seq_at_or_below_the_committed_max_is_refused_and_stores_nothing() {
 }
 
 #[tokio::test]
+async fn a_batch_with_a_conversation_behind_refuses_its_sends_and_stores_the_others() {
+    for (backend, store, outbox) in stores().await {
+        store.append(&message(10, 3, "a"), event(10)).await.unwrap();
+        let in_other = |msg_id, seq, client| Message {
+            conversation_id: "d:1:3".into(),
+            ..message(msg_id, seq, client)
+        };
+        let appends = [
+            (in_other(11, 1, "b"), event(11)),
+            (message(12, 2, "behind"), event(12)),
+            (in_other(13, 2, "c"), event(13)),
+        ];
+        let outcomes = store.append_many(&appends).await.outcomes().await;
+        assert!(outcomes[0].is_ok(), "{backend:?}: {outcomes:?}");
+        assert!(
+            matches!(outcomes[1], Err(StoreError::Unavailable(_))),
+            "{backend:?}: {outcomes:?}"
+        );
+        assert!(outcomes[2].is_ok(), "{backend:?}: {outcomes:?}");
+        assert!(
+            store.find_sent(1, "behind").await.unwrap().is_none(),
+            "{backend:?}"
+        );
+        assert_eq!(store.max_seq("d:1:2").await.unwrap(), 3, "{backend:?}");
+        assert_eq!(store.max_seq("d:1:3").await.unwrap(), 2, "{backend:?}");
+        assert_eq!(queued(&outbox).await, vec![10, 11, 13], "{backend:?}");
+    }
+}
+
+#[tokio::test]
 async fn find_sent_many_answers_each_exact_pair_in_order() {
     for (backend, store, _) in stores().await {
         let from = |msg_id, seq, sender_id, client_msg_id: &str| Message {

@@ -268,11 +268,12 @@ impl SqlMessageStore {
 /// In one transaction: every message of `batch`, each conversation's max seq raised to
 /// its newest, and every outbox event. Fails as a whole (`Conflict` on a taken key,
 /// `Unavailable` when a conversation's committed max seq is already at or past one of the
-/// batch's seqs).
+/// batch's seqs), except on PostgreSQL, which leaves out the conversations that are behind
+/// and answers them.
 pub(super) async fn write_appends(
     db: &DatabaseConnection,
     batch: &[Append],
-) -> Result<(), StoreError> {
+) -> Result<Vec<String>, StoreError> {
     // Each conversation's oldest and newest seq in the batch (an upsert may not touch a
     // row twice).
     let mut conversations: std::collections::BTreeMap<&str, Seqs> = Default::default();
@@ -290,16 +291,17 @@ pub(super) async fn write_appends(
         seqs.newest_at_ms = Ord::max(seqs.newest_at_ms, m.server_time_ms);
     }
     let backend = db.get_database_backend();
-    let events: Vec<OutboxRow> = batch.iter().map(|a| a.event.clone()).collect();
     let contents = batch.iter().map(|a| {
         let m = &a.message;
         (m.conversation_id.as_str(), m.seq, &m.content)
     });
-    let mut rest = vec![outbox::insert_statement(backend, OUTBOX_TABLE, &events)];
-    rest.extend(files::references(backend, contents));
+    let files = files::references(backend, contents);
     if backend == sea_orm::DatabaseBackend::Postgres {
-        return postgres::write_appends(db, batch, &conversations, rest).await;
+        return postgres::write_appends(db, batch, &conversations, files).await;
     }
+    let events: Vec<OutboxRow> = batch.iter().map(|a| a.event.clone()).collect();
+    let mut rest = vec![outbox::insert_statement(backend, OUTBOX_TABLE, &events)];
+    rest.extend(files);
     let raise = imesh_kit::sql::upsert_max(
         backend,
         "conversations",
@@ -315,7 +317,7 @@ pub(super) async fn write_appends(
     if backend == sea_orm::DatabaseBackend::Sqlite {
         // The writes take SQLite's one write lock at once: a trigger refuses what is behind.
         imesh_kit::sql::commit(db, &statements).await?;
-        return Ok(());
+        return Ok(Vec::new());
     }
     let txn = db.begin().await?;
     let oldest = conversations
@@ -325,7 +327,14 @@ pub(super) async fn write_appends(
     order::refuse_behind(&txn, &oldest).await?;
     imesh_kit::sql::execute_all(&txn, statements).await?;
     txn.commit().await?;
-    Ok(())
+    Ok(Vec::new())
+}
+
+/// The refusal of a send whose conversation's committed max seq is at or past `seq`.
+pub(super) fn behind(conversation: &str, seq: i64) -> StoreError {
+    StoreError::Unavailable(anyhow::anyhow!(
+        "conversation {conversation}: seq {seq} is not above its committed max seq; retry"
+    ))
 }
 
 /// A conversation's seqs in one batch.

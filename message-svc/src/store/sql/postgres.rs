@@ -1,50 +1,61 @@
 //! PostgreSQL's statements for the send path, each table's rows bound as arrays
-//! ([`Unnest`]): a batch of any size is the same statements, planned once per connection,
-//! and the order check, the conversations' max seqs and their row locks are one statement.
+//! ([`Unnest`]): a batch of any size is the same statement, planned once per connection.
+//! A batch is one statement, one round trip: the conversations' order check, max seqs and
+//! row locks, the messages and their outbox events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use imesh_kit::{error::StoreError, sql::Unnest};
-use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement, TransactionTrait, Values};
 
-use super::{Seqs, encode_content, encode_mentions, json};
+use super::{OUTBOX_TABLE, Seqs, encode_content, encode_mentions, json};
 use crate::{domain::Sent, store::commits::Append};
 
-/// Writes `batch` in one transaction (see [`super::write_appends`]): the conversations
-/// first, then the messages and `rest` (the outbox and file references).
+/// Writes `batch` (see [`super::write_appends`]) but for the conversations that are behind
+/// (`super::order`), whose messages and events it leaves out; answers those. With file
+/// references (`files`) a batch is one transaction, all of it or none: one conversation
+/// behind refuses it.
 pub(super) async fn write_appends(
     db: &DatabaseConnection,
     batch: &[Append],
     conversations: &BTreeMap<&str, Seqs>,
-    rest: Vec<Statement>,
-) -> Result<(), StoreError> {
+    files: Option<Statement>,
+) -> Result<Vec<String>, StoreError> {
+    let write = write_batch(batch, conversations);
+    let Some(files) = files else {
+        return behind(conversations, db.query_all_raw(write).await?);
+    };
     let txn = db.begin().await?;
-    let raised = txn.query_all_raw(raise_checked(conversations)).await?;
-    if raised.len() != conversations.len() {
-        let raised: Vec<String> = (raised.iter())
-            .map(|row| row.try_get("", "id"))
-            .collect::<Result<_, _>>()?;
-        let (id, seqs) = (conversations.iter())
-            .find(|(id, _)| !raised.iter().any(|r| r == *id))
-            .expect("a conversation was not raised");
-        return Err(StoreError::Unavailable(anyhow::anyhow!(
-            "conversation {id}: seq {} is not above its committed max seq; retry",
-            seqs.oldest
-        )));
+    let behind = behind(conversations, txn.query_all_raw(write).await?)?;
+    if let Some(id) = behind.first() {
+        return Err(super::behind(id, conversations[id.as_str()].oldest));
     }
-    txn.execute_raw(insert_messages(batch)).await?;
-    imesh_kit::sql::execute_all(&txn, rest).await?;
+    txn.execute_raw(files).await?;
     txn.commit().await?;
-    Ok(())
+    Ok(behind)
+}
+
+/// The conversations of `conversations` that [`write_batch`] did not raise.
+fn behind(
+    conversations: &BTreeMap<&str, Seqs>,
+    raised: Vec<sea_orm::QueryResult>,
+) -> Result<Vec<String>, StoreError> {
+    let raised: HashSet<String> = (raised.iter())
+        .map(|row| row.try_get("", "id"))
+        .collect::<Result<_, DbErr>>()?;
+    Ok((conversations.keys())
+        .filter(|id| !raised.contains(**id))
+        .map(|id| id.to_string())
+        .collect())
 }
 
 /// Raises each conversation's max seq to the batch's newest, unless its committed max seq
-/// is already at or past the batch's oldest: such a row is locked but left as it is and
-/// not returned (`super::order` says why). Rows are taken in id order, so two writers lock
-/// shared conversations in the same order. Each conflict finds its conversation's oldest
-/// seq in a JSON object, by key: a lookup in the rows themselves would scan them all for
-/// each conflict.
-fn raise_checked(conversations: &BTreeMap<&str, Seqs>) -> Statement {
+/// is already at or past the batch's oldest: such a row is locked but left as it is, not
+/// returned (`super::order` says why), and its messages and events are not written. Rows
+/// are taken in id order, so two writers lock shared conversations in the same order. Each
+/// conflict finds its conversation's oldest seq in a JSON object, by key: a lookup in the
+/// rows themselves would scan them all for each conflict.
+fn write_batch(batch: &[Append], conversations: &BTreeMap<&str, Seqs>) -> Statement {
     let rows = Unnest::new()
         .texts("id", conversations.keys().map(|id| id.to_string()))
         .bigints("max_seq", conversations.values().map(|s| s.newest))
@@ -55,28 +66,46 @@ fn raise_checked(conversations: &BTreeMap<&str, Seqs>) -> Statement {
     let oldest: serde_json::Map<String, serde_json::Value> = (conversations.iter())
         .map(|(id, seqs)| (id.to_string(), seqs.oldest.into()))
         .collect();
+    let oldest_at = rows.parameters() + 1;
+    let messages = messages(batch, oldest_at);
+    let events = events(batch, messages.parameters());
+    let raised = "WHERE r.conversation_id IN (SELECT id FROM raised)";
     let sql = format!(
-        "INSERT INTO conversations AS c (id, max_seq, updated_at_ms) \
+        "WITH raised AS (INSERT INTO conversations AS c (id, max_seq, updated_at_ms) \
          SELECT r.id, r.max_seq, r.updated_at_ms FROM {} ORDER BY r.id \
          ON CONFLICT (id) DO UPDATE SET max_seq = GREATEST(c.max_seq, excluded.max_seq), \
          updated_at_ms = GREATEST(c.updated_at_ms, excluded.updated_at_ms) \
-         WHERE c.max_seq < (${}::jsonb ->> excluded.id)::bigint \
-         RETURNING c.id",
+         WHERE c.max_seq < (${oldest_at}::jsonb ->> excluded.id)::bigint \
+         RETURNING c.id), \
+         messages AS ({}), events AS ({}) \
+         SELECT id FROM raised",
         rows.table("r"),
-        rows.parameters() + 1,
+        messages.insert_sql("messages", raised),
+        events.insert_sql(OUTBOX_TABLE, raised),
     );
-    let mut statement = rows.statement(sql);
-    let oldest = serde_json::Value::Object(oldest).to_string();
-    if let Some(values) = &mut statement.values {
-        values.0.push(oldest.into());
-    }
-    statement
+    let mut values = rows.into_values();
+    values.push(serde_json::Value::Object(oldest).to_string().into());
+    values.extend(messages.into_values());
+    values.extend(events.into_values());
+    Statement::from_sql_and_values(sea_orm::DatabaseBackend::Postgres, sql, Values(values))
 }
 
-fn insert_messages(batch: &[Append]) -> Statement {
+/// The outbox events of `batch` as arrays after `before` parameters, with their
+/// conversations to pick them by.
+fn events(batch: &[Append], before: usize) -> Unnest {
+    let events = || batch.iter().map(|a| (&a.event, &a.message.conversation_id));
+    Unnest::after(before)
+        .bigints("id", events().map(|(event, _)| event.id))
+        .bytes("payload", events().map(|(event, _)| event.payload.clone()))
+        .not_inserted()
+        .texts("conversation_id", events().map(|(_, id)| id.clone()))
+}
+
+/// The messages of `batch` as arrays after `before` parameters.
+fn messages(batch: &[Append], before: usize) -> Unnest {
     let messages = || batch.iter().map(|a| &a.message);
     let contents: Vec<(i16, String)> = messages().map(|m| encode_content(&m.content)).collect();
-    Unnest::new()
+    Unnest::after(before)
         .bigints("msg_id", messages().map(|m| m.msg_id))
         .texts(
             "conversation_id",
@@ -100,7 +129,6 @@ fn insert_messages(batch: &[Append]) -> Statement {
             "forwarded",
             messages().map(|m| m.forwarded.as_ref().map(json)),
         )
-        .insert("messages", "")
 }
 
 /// The messages sent under each (sender, client msg id) of `keys`, in `keys`' order: one
