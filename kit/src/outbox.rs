@@ -74,19 +74,10 @@ pub fn insert_statement(
     table: &str,
     rows: &[OutboxRow],
 ) -> sea_orm::Statement {
-    if backend == sea_orm::DatabaseBackend::Postgres {
-        return crate::sql::Unnest::new()
-            .bigints("id", rows.iter().map(|row| row.id))
-            .bytes("payload", rows.iter().map(|row| row.payload.clone()))
-            .insert(table, "");
-    }
-    let mut stmt = Query::insert();
-    stmt.into_table(Alias::new(table))
-        .columns([Col::Id, Col::Payload]);
-    for row in rows {
-        stmt.values_panic([row.id.into(), row.payload.clone().into()]);
-    }
-    backend.build(&stmt)
+    let rows = (rows.iter())
+        .map(|row| vec![row.id.into(), row.payload.clone().into()])
+        .collect();
+    crate::sql::insert(backend, table, &["id", "payload"], rows)
 }
 
 /// Reads and acknowledges the rows of one outbox table.

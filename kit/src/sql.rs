@@ -220,6 +220,33 @@ pub enum Merge<'a> {
     Add(&'a str),
 }
 
+/// `INSERT rows` into `table`'s `columns`, for whichever backend `backend` is; a taken key
+/// fails it. On PostgreSQL rows of plain values go as arrays ([`Unnest`]): one statement
+/// for every number of rows. `rows` must not be empty.
+pub fn insert(
+    backend: sea_orm::DatabaseBackend,
+    table: &str,
+    columns: &[&str],
+    rows: Vec<Vec<sea_orm::Value>>,
+) -> sea_orm::Statement {
+    use sea_orm::sea_query::{Alias, Expr, Query};
+    let rows = match backend {
+        sea_orm::DatabaseBackend::Postgres => match Unnest::of_rows(columns, rows) {
+            Ok(arrays) => return arrays.insert(table, ""),
+            Err(rows) => rows,
+        },
+        _ => rows,
+    };
+    let mut insert = Query::insert();
+    insert
+        .into_table(Alias::new(table))
+        .columns(columns.iter().map(|c| Alias::new(*c)));
+    for row in rows {
+        insert.values_panic(row.into_iter().map(Expr::from));
+    }
+    backend.build(&insert)
+}
+
 /// `INSERT rows … ON CONFLICT (key)` merging the columns `merges` names, or doing nothing
 /// when `merges` is empty (insert-if-absent), for whichever backend `backend` is. The rows
 /// must not repeat a key (PostgreSQL refuses to touch a row twice in one statement). On

@@ -167,8 +167,8 @@ impl Unnest {
         self.arrays
     }
 
-    /// `unnest($1::bigint[], …) AS {alias}(column, …)`: the rows as a table, for a join.
-    /// Its parameters are the first ones of the statement.
+    /// `unnest($1::bigint[], …) AS {alias}(column, …)`: the rows as a table, for a join;
+    /// its parameters are numbered after the `before` of [`Unnest::after`].
     pub fn table(&self, alias: &str) -> String {
         let arrays: Vec<String> = (self.columns.iter().enumerate())
             .map(|(i, (_, sql_type, _))| format!("${}::{sql_type}[]", self.before + i + 1))

@@ -6,7 +6,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use imesh_kit::{error::StoreError, sql::Unnest};
+use imesh_kit::{error::StoreError, sql::insert};
 use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, DbErr, TransactionTrait};
 use sea_orm_migration::prelude::*;
 
@@ -150,10 +150,7 @@ impl SqlInboxStore {
             .flat_map(|(e, seqs)| e.recipients.iter().zip(seqs).map(|(u, s)| (*u, *s, e.id)))
             .collect();
         entries.sort_unstable();
-        let mut statements = match backend {
-            DatabaseBackend::Postgres => postgres_inserts(events, &entries),
-            _ => inserts(backend, events, &entries),
-        };
+        let mut statements = inserts(backend, events, &entries);
         let (marks, created) = reads::marks(backend, events, &self.known);
         statements.extend(marks);
         let hooks: Vec<imesh_kit::outbox::OutboxRow> = events
@@ -176,57 +173,34 @@ impl SqlInboxStore {
     }
 }
 
-/// The events and their inbox entries as multi-row inserts, the entries `CHUNK` rows at a
-/// time.
+/// The events and their inbox entries, the entries `CHUNK` rows a statement.
 fn inserts(
     backend: DatabaseBackend,
     events: &[StoredEvent],
     entries: &[(i64, i64, i64)],
 ) -> Vec<sea_orm::Statement> {
-    let mut insert = Query::insert();
-    insert.into_table(SyncEvents::Table).columns([
-        SyncEvents::Id,
-        SyncEvents::EventId,
-        SyncEvents::Payload,
-    ]);
-    for e in events {
-        insert.values_panic([
-            e.id.into(),
-            e.event_id.clone().into(),
-            e.payload.to_vec().into(),
-        ]);
-    }
-    let mut statements = vec![backend.build(&insert)];
-    for chunk in entries.chunks(CHUNK) {
-        let mut insert = Query::insert();
-        insert
-            .into_table(Inbox::Table)
-            .columns([Inbox::UserId, Inbox::SyncSeq, Inbox::EventPk]);
-        for (user, seq, event) in chunk {
-            insert.values_panic([(*user).into(), (*seq).into(), (*event).into()]);
-        }
-        statements.push(backend.build(&insert));
-    }
-    statements
-}
-
-/// [`inserts`] on PostgreSQL: each table's rows as arrays, one statement whatever their
-/// number.
-fn postgres_inserts(
-    events: &[StoredEvent],
-    entries: &[(i64, i64, i64)],
-) -> Vec<sea_orm::Statement> {
-    let events = Unnest::new()
-        .bigints("id", events.iter().map(|e| e.id))
-        .texts("event_id", events.iter().map(|e| e.event_id.clone()))
-        .bytes("payload", events.iter().map(|e| e.payload.to_vec()))
-        .insert("sync_events", "");
-    let entries = Unnest::new()
-        .bigints("user_id", entries.iter().map(|(user, _, _)| *user))
-        .bigints("sync_seq", entries.iter().map(|(_, seq, _)| *seq))
-        .bigints("event_pk", entries.iter().map(|(_, _, event)| *event))
-        .insert("inbox", "");
-    vec![events, entries]
+    let events = (events.iter())
+        .map(|e| {
+            vec![
+                e.id.into(),
+                e.event_id.clone().into(),
+                e.payload.to_vec().into(),
+            ]
+        })
+        .collect();
+    let events = insert(
+        backend,
+        "sync_events",
+        &["id", "event_id", "payload"],
+        events,
+    );
+    let entries = entries.chunks(CHUNK).map(|chunk| {
+        let rows = (chunk.iter())
+            .map(|(user, seq, event)| vec![(*user).into(), (*seq).into(), (*event).into()])
+            .collect();
+        insert(backend, "inbox", &["user_id", "sync_seq", "event_pk"], rows)
+    });
+    std::iter::once(events).chain(entries).collect()
 }
 
 #[async_trait]
