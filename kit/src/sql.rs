@@ -452,4 +452,72 @@ mod tests {
             "{options:?}"
         );
     }
+
+    /// Each merge means the same on every backend, whether PostgreSQL's rows go as
+    /// arrays (plain values) or as a `VALUES` list (a NULL in an integer column).
+    #[tokio::test]
+    async fn upserts_merge_alike_on_every_backend_and_either_way_of_binding() {
+        use sea_orm::Value;
+
+        use super::{Merge, upsert};
+        let columns = ["k", "g", "a", "n", "v", "o"];
+        let merges = [
+            Merge::Greatest("g"),
+            Merge::Add("a"),
+            Merge::NewerBy {
+                column: "n",
+                by: "v",
+            },
+            Merge::Greatest("v"),
+        ];
+        for backend in crate::testing::sql_backends() {
+            for null in [false, true] {
+                let db = crate::sql::connect(&fresh_sql(backend).await.unwrap())
+                    .await
+                    .unwrap();
+                db.execute_unprepared(
+                    "CREATE TABLE t (k BIGINT PRIMARY KEY, g BIGINT NOT NULL, a BIGINT NOT NULL, \
+                     n BIGINT NOT NULL, v BIGINT NOT NULL, o BIGINT)",
+                )
+                .await
+                .unwrap();
+                let b = db.get_database_backend();
+                let o = Value::BigInt((!null).then_some(0));
+                for (g, a, n, v) in [(5i64, 1i64, 10i64, 2i64), (3, 2, 20, 1), (7, 4, 30, 3)] {
+                    let row = vec![
+                        1i64.into(),
+                        g.into(),
+                        a.into(),
+                        n.into(),
+                        v.into(),
+                        o.clone(),
+                    ];
+                    db.execute_raw(upsert(b, "t", &columns, &["k"], &merges, vec![row]))
+                        .await
+                        .unwrap();
+                }
+                let absent = vec![
+                    1i64.into(),
+                    0i64.into(),
+                    0i64.into(),
+                    0i64.into(),
+                    0i64.into(),
+                    o.clone(),
+                ];
+                db.execute_raw(upsert(b, "t", &columns, &["k"], &[], vec![absent]))
+                    .await
+                    .unwrap();
+                let row = db
+                    .query_one_raw(sea_orm::Statement::from_string(
+                        b,
+                        "SELECT g, a, n, v FROM t",
+                    ))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let got: (i64, i64, i64, i64) = row.try_get_many_by_index().unwrap();
+                assert_eq!(got, (7, 7, 30, 3), "{backend:?}, NULL column: {null}");
+            }
+        }
+    }
 }
