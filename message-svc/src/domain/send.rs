@@ -117,7 +117,11 @@ impl Messages {
                 Err(e) => Step::Done(Err(e)),
             })
             .collect();
-        self.answer_retries(&mut steps).await?;
+        // The retry lookup and the relation check are independent reads: one wait for both.
+        let pairs = direct_pairs(&steps);
+        let (answered, relations) =
+            tokio::join!(self.answer_retries(&mut steps), self.relations(&pairs));
+        answered?;
         for step in &mut steps {
             if let Step::Checked(c) = step
                 && let Err(limited) = self.rate_check(c)
@@ -125,7 +129,7 @@ impl Messages {
                 *step = Step::Done(Err(limited));
             }
         }
-        let steps = self.gate_all(steps).await;
+        let steps = self.gate_all(steps, &relations).await;
         let mut outcomes: Vec<Option<Result<Sent, Error>>> = Vec::with_capacity(steps.len());
         let mut ready = Vec::new();
         for step in steps {
@@ -216,30 +220,25 @@ impl Messages {
         Ok(self.rates.check(user, group)?)
     }
 
-    /// Gates every checked send: the direct ones with one relation check for the batch,
-    /// the others one by one, concurrently.
-    async fn gate_all(&self, steps: Vec<Step>) -> Vec<Step> {
-        let pairs: Vec<(i64, i64)> = steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Checked(Checked {
-                    sender: Sender::User(me),
-                    to: Target::User(peer),
-                    ..
-                }) if *peer > 0 && peer != me => Some((*me, *peer)),
-                _ => None,
-            })
-            .collect();
-        let relations = match pairs.is_empty() {
-            true => Ok(HashMap::new()),
-            false => self
-                .peers
-                .relations
-                .relations(&pairs)
-                .await
-                .map(|found| pairs.iter().copied().zip(found).collect::<HashMap<_, _>>()),
-        };
-        let relations = &relations;
+    /// relation-svc's answer for the batch's direct pairs, in one check.
+    async fn relations(
+        &self,
+        pairs: &[(i64, i64)],
+    ) -> anyhow::Result<HashMap<(i64, i64), PeerRelation>> {
+        if pairs.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let found = self.peers.relations.relations(pairs).await?;
+        Ok(pairs.iter().copied().zip(found).collect())
+    }
+
+    /// Gates every checked send: the direct ones by `relations` (the batch's one relation
+    /// check), the others one by one, concurrently.
+    async fn gate_all(
+        &self,
+        steps: Vec<Step>,
+        relations: &anyhow::Result<HashMap<(i64, i64), PeerRelation>>,
+    ) -> Vec<Step> {
         join_all(steps.into_iter().map(|step| async move {
             let Step::Checked(checked) = step else {
                 return step;
@@ -679,4 +678,19 @@ fn compose(
         forwarded: None,
         reactions: Vec::new(),
     }
+}
+
+/// The (sender, peer) pairs of the checked direct sends, for the batch's relation check.
+fn direct_pairs(steps: &[Step]) -> Vec<(i64, i64)> {
+    steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Checked(Checked {
+                sender: Sender::User(me),
+                to: Target::User(peer),
+                ..
+            }) if *peer > 0 && peer != me => Some((*me, *peer)),
+            _ => None,
+        })
+        .collect()
 }
