@@ -10,9 +10,11 @@ use crate::config::SqlConfig;
 mod checkpoints;
 mod scripts;
 mod unnest;
+mod with;
 
 pub use scripts::{commit, execute_all};
 pub use unnest::Unnest;
+pub use with::With;
 
 /// How long a serving SQLite connection waits for another's lock before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);

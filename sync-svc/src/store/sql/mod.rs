@@ -14,6 +14,7 @@ use crate::domain::{ConversationView, Cursor, Entry, PushSettings, Receipt, Sett
 use crate::domain::{InboxStore, StoredEvent};
 
 mod heads;
+mod postgres;
 mod push;
 mod reads;
 mod receipts;
@@ -92,6 +93,14 @@ impl SqlInboxStore {
         first: bool,
     ) -> Result<Vec<Vec<i64>>, DbErr> {
         let backend = self.db.get_database_backend();
+        if backend == DatabaseBackend::Postgres && !receipts::asked(events) {
+            let beside = self.beside(events);
+            if beside.disjoint {
+                let seqs = postgres::append(&self.db, events, counts, beside.statements).await?;
+                self.known.remember(&beside.created);
+                return Ok(seqs);
+            }
+        }
         let Some(cache) = self.heads.as_ref().filter(|_| first) else {
             let txn = self.db.begin().await?;
             let before = heads::advance(&txn, counts).await?;
@@ -151,8 +160,16 @@ impl SqlInboxStore {
             .collect();
         entries.sort_unstable();
         let mut statements = inserts(backend, events, &entries);
-        let (marks, created) = reads::marks(backend, events, &self.known);
-        statements.extend(marks);
+        let beside = self.beside(events);
+        statements.extend(beside.statements);
+        (statements, beside.created)
+    }
+
+    /// The statements of what the events change beside their entries: the read states
+    /// and conversation states their marks move, and their webhook events.
+    fn beside(&self, events: &[StoredEvent]) -> reads::Marks {
+        let backend = self.db.get_database_backend();
+        let mut marks = reads::marks(backend, events, &self.known);
         let hooks: Vec<imesh_kit::outbox::OutboxRow> = events
             .iter()
             .filter_map(|e| {
@@ -163,13 +180,13 @@ impl SqlInboxStore {
             })
             .collect();
         if !hooks.is_empty() {
-            statements.push(imesh_kit::outbox::insert_statement(
+            marks.statements.push(imesh_kit::outbox::insert_statement(
                 backend,
                 super::WEBHOOK_TABLE,
                 &hooks,
             ));
         }
-        (statements, created)
+        marks
     }
 }
 

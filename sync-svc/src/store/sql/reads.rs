@@ -74,13 +74,18 @@ impl KnownStates {
     }
 }
 
-/// The statements that apply the events' marks, for their append transaction, and the
-/// read states they create, to remember once the transaction commits.
-pub(super) fn marks(
-    backend: DatabaseBackend,
-    events: &[StoredEvent],
-    known: &KnownStates,
-) -> (Vec<Statement>, Vec<(i64, String)>) {
+/// The statements that apply some events' marks, for their append.
+pub(super) struct Marks {
+    pub statements: Vec<Statement>,
+    /// The read states they create, to remember once the append commits.
+    pub created: Vec<(i64, String)>,
+    /// No two of the statements touch one row, so they may run in any order (as the
+    /// parts of one statement).
+    pub disjoint: bool,
+}
+
+/// The statements that apply the events' marks.
+pub(super) fn marks(backend: DatabaseBackend, events: &[StoredEvent], known: &KnownStates) -> Marks {
     let mut statements = Vec::new();
     let MarkPlan {
         latest,
@@ -90,6 +95,11 @@ pub(super) fn marks(
         edits,
     } = marks::plan(events);
     starts.retain(|(user, conversation), _| !known.contains(*user, conversation));
+    // A start and a raise of one read state, or a recall or an edit of a conversation
+    // whose state the upsert below writes, must run in this order.
+    let disjoint = recalls.is_empty()
+        && edits.is_empty()
+        && starts.keys().all(|key| !raised.contains_key(key));
     let rows: Vec<Vec<sea_orm::Value>> = latest
         .iter()
         .map(|(conversation, newest)| {
@@ -191,7 +201,11 @@ pub(super) fn marks(
             .to_owned();
         statements.push(backend.build(&stmt));
     }
-    (statements, created)
+    Marks {
+        statements,
+        created,
+        disjoint,
+    }
 }
 
 /// `read_states` joined with their conversation's state, for `user`.
