@@ -389,7 +389,7 @@ impl<R: Stream<Item = Inbound> + Unpin> Reading<R> {
                 request_id,
                 body: Some(pb::client_frame::Body::Ack(ack)),
             } => {
-                let _ = tx.try_send(Out::Acked(ack.sync_seq));
+                tx.ack(ack.sync_seq);
                 if let Some(refusal) = session.ack(request_id, ack) {
                     say(tx, refusal);
                 }

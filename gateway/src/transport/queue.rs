@@ -8,7 +8,7 @@ use std::{
     collections::VecDeque,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering},
     },
     task::{Context, Poll},
 };
@@ -37,6 +37,7 @@ pub fn bounded(capacity: usize) -> (Sender, Receiver) {
         receiver_gone: AtomicBool::new(false),
         writer: AtomicWaker::new(),
         room: Notify::new(),
+        acked: AtomicI64::new(0),
     });
     (Sender(shared.clone()), Receiver(shared))
 }
@@ -50,6 +51,9 @@ struct Shared {
     writer: AtomicWaker,
     /// Senders waiting for room.
     room: Notify,
+    /// The client's cumulative ack. Not queued: an ack behind a queue of pushes would
+    /// reach the writer's window only after them, and a full queue would drop it.
+    acked: AtomicI64,
 }
 
 pub struct Sender(Arc<Shared>);
@@ -69,6 +73,11 @@ impl Sender {
         drop(frames);
         shared.writer.wake();
         Ok(())
+    }
+
+    /// Records the client's cumulative ack `sync_seq` for the writer (never lowering it).
+    pub fn ack(&self, sync_seq: i64) {
+        self.0.acked.fetch_max(sync_seq, Ordering::Relaxed);
     }
 
     /// Queues `out`, waiting for room; `Err` (with the frame) once the receiver is gone.
@@ -129,6 +138,11 @@ impl Receiver {
             *frames = VecDeque::new();
         }
         Poll::Pending
+    }
+
+    /// The client's latest cumulative ack.
+    pub fn acked(&self) -> i64 {
+        self.0.acked.load(Ordering::Relaxed)
     }
 
     /// The next frame if one is queued.

@@ -18,8 +18,6 @@ pub enum Out {
     Frame(Bytes),
     /// Inbox entries up to `last_seq`: kept until acknowledged.
     Push { last_seq: i64, frame: Bytes },
-    /// The client has every entry up to this `sync_seq`.
-    Acked(i64),
 }
 
 /// Why a connection's pushes are given up.
@@ -42,6 +40,8 @@ pub struct Window {
     pending: VecDeque<Pending>,
     size: usize,
     timeout: Duration,
+    /// The client's cumulative ack: it has every entry up to this `sync_seq`.
+    acked: i64,
 }
 
 impl Window {
@@ -51,11 +51,15 @@ impl Window {
             pending: VecDeque::new(),
             size,
             timeout,
+            acked: 0,
         }
     }
 
     /// Records a push just written.
     pub fn sent(&mut self, last_seq: i64, frame: Bytes, now: Instant) -> Result<(), GiveUp> {
+        if last_seq <= self.acked {
+            return Ok(()); // the client has these entries already (pulled them)
+        }
         if self.pending.len() >= self.size {
             return Err(GiveUp::Full(self.size));
         }
@@ -69,8 +73,13 @@ impl Window {
     }
 
     /// Forgets every push the cumulative ack `sync_seq` covers (in any order: pushes of
-    /// concurrent deliveries may arrive out of seq order).
+    /// concurrent deliveries may arrive out of seq order). An ack no later than the last
+    /// one costs nothing.
     pub fn acked(&mut self, sync_seq: i64) {
+        if sync_seq <= self.acked {
+            return;
+        }
+        self.acked = sync_seq;
         self.pending.retain(|p| p.last_seq > sync_seq);
     }
 
@@ -131,6 +140,19 @@ mod tests {
         window.acked(5);
         assert!(window.is_empty());
         assert_eq!(window.due(), None);
+    }
+
+    #[test]
+    fn a_push_the_client_acked_already_is_not_kept() {
+        let now = Instant::now();
+        let mut window = Window::new(8, T);
+        window.sent(4, frame(4), now).unwrap();
+        window.acked(4);
+        window.acked(2); // an older ack changes nothing
+        window.sent(3, frame(3), now).unwrap(); // pulled before it was pushed
+        assert!(window.is_empty());
+        window.sent(5, frame(5), now).unwrap();
+        assert_eq!(window.len(), 1);
     }
 
     #[test]

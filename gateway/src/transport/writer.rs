@@ -91,6 +91,7 @@ where
         Next::Due => {
             // A fired timer stays fired: the next wait, if any, takes a new one.
             *timer = None;
+            window.acked(rx.acked());
             window.expire(Instant::now()).map_err(Stop::GiveUp)?
         }
         Next::Closed => return Err(Stop::Closed),
@@ -129,7 +130,7 @@ async fn next(
 }
 
 /// The frames to write for `first` and what queued behind it (up to [`WRITE_BATCH`]
-/// frames), pushes entered in the window and acks taken out of it.
+/// frames), pushes entered in the window after the client's latest ack is taken out.
 fn burst(first: Out, rx: &queue::Receiver, window: &mut Window) -> Result<Vec<Bytes>, GiveUp> {
     let mut batch = Vec::new();
     let mut next = Some(first);
@@ -137,10 +138,10 @@ fn burst(first: Out, rx: &queue::Receiver, window: &mut Window) -> Result<Vec<By
         match out {
             Out::Frame(frame) => batch.push(frame),
             Out::Push { last_seq, frame } => {
+                window.acked(rx.acked());
                 window.sent(last_seq, frame.clone(), Instant::now())?;
                 batch.push(frame);
             }
-            Out::Acked(sync_seq) => window.acked(sync_seq),
         }
         if batch.len() < WRITE_BATCH {
             next = rx.try_recv();
@@ -200,5 +201,49 @@ where
     let fatal = frames::error(0, Code::DeadlineExceeded, why, true);
     if write_all(&mut sink, vec![fatal]).await.is_ok() {
         let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    fn push(seq: u8) -> Out {
+        Out::Push {
+            last_seq: seq.into(),
+            frame: Bytes::from(vec![seq]),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_ack_reaches_the_window_ahead_of_the_pushes_queued_before_it() {
+        let (tx, rx) = queue::bounded(16);
+        let (sink, mut written) = futures::channel::mpsc::unbounded::<Bytes>();
+        let window = Window::new(4, Duration::from_secs(60));
+        let writer = tokio::spawn(write_frames(sink, rx, window, CancellationToken::new()));
+        for seq in 1..=4 {
+            tx.try_send(push(seq)).unwrap();
+        }
+        for seq in 1..=4 {
+            assert_eq!(written.next().await.unwrap()[..], [seq]);
+        }
+        // The window is full. The client acks all four while four more pushes wait in
+        // the queue: the writer takes the ack first, and the pushes fit.
+        for seq in 5..=8 {
+            tx.try_send(push(seq)).unwrap();
+        }
+        tx.ack(4);
+        for seq in 5..=8 {
+            assert_eq!(written.next().await.unwrap()[..], [seq]);
+        }
+        drop(tx);
+        writer.await.unwrap();
+        assert_eq!(
+            written.next().await,
+            None,
+            "closed with nothing more written"
+        );
     }
 }
