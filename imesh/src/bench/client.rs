@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 use bytes::{Buf, BufMut, BytesMut};
 use futures::{SinkExt, StreamExt};
 use imesh_protos::gateway::{
-    Auth, ClientFrame, ServerFrame, client_frame::Body as Out, server_frame::Body as In,
+    Ack, Auth, ClientFrame, ServerFrame, client_frame::Body as Out, server_frame::Body as In,
 };
 use parking_lot::Mutex;
 use prost::Message as _;
@@ -33,6 +33,10 @@ use super::tally::Tally;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Frames queued for writing per device.
 const WRITE_QUEUE: usize = 64;
+/// Entries a device lets wait for its ack before it acks at once, beside the scenario's
+/// periodic acks: well inside the gateway's window (256 pushes by default), which closes
+/// a connection that leaves more unacknowledged.
+const ACK_AFTER: i64 = 64;
 
 /// Where devices connect: a WebSocket URL or a TCP address of the gateway, the latter
 /// over TLS trusting a given certificate.
@@ -136,6 +140,7 @@ impl Client {
             frames_rx,
             client.pending.clone(),
             client.tally.clone(),
+            client.writes.clone(),
             client.closed.clone(),
         ));
         let auth = Out::Auth(Auth {
@@ -199,13 +204,16 @@ impl Client {
     }
 }
 
-/// Routes replies to their waiting requests and pushes to the tally.
+/// Routes replies to their waiting requests and pushes to the tally; acks once
+/// [`ACK_AFTER`] entries wait.
 async fn dispatch(
     mut frames: mpsc::Receiver<ServerFrame>,
     pending: Pending,
     tally: Arc<Tally>,
+    writes: mpsc::Sender<Vec<u8>>,
     closed: CancellationToken,
 ) {
+    let mut acked = 0;
     while let Some(frame) = frames.recv().await {
         let Some(body) = frame.body else { continue };
         if frame.request_id != 0
@@ -215,7 +223,18 @@ async fn dispatch(
             continue;
         }
         match body {
-            In::Push(push) => tally.pushed(push.entries),
+            In::Push(push) => {
+                tally.pushed(push.entries);
+                let cursor = tally.cursor();
+                let ack = ClientFrame {
+                    request_id: 0,
+                    body: Some(Out::Ack(Ack { sync_seq: cursor })),
+                };
+                // A full write queue acks with the next push instead.
+                if cursor - acked >= ACK_AFTER && writes.try_send(ack.encode_to_vec()).is_ok() {
+                    acked = cursor;
+                }
+            }
             In::Error(e) if e.fatal => {
                 tally.closed_by_server(&e.message);
                 closed.cancel();

@@ -215,6 +215,33 @@ async fn senders_wait_out_rate_limits_and_lose_nothing() {
     assert!(report.throttled > 0, "{}", report.table());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_ack_as_pushes_pile_up_and_keep_their_connections() {
+    let env = TestCluster::start_with(Stores::Embedded, |spec| {
+        spec.message.rate_limits = message_svc::RateLimitConfig {
+            user_per_sec: 0,
+            group_per_sec: 0,
+            ..Default::default()
+        };
+        spec.gateway.unacked_window = 100;
+    })
+    .await;
+    // Each member hears 2 × 150 messages, far more than the window, well within the
+    // periodic ack's second.
+    let group = Scenario::Group {
+        size: 3,
+        groups: 1,
+        senders: 3,
+        messages: 150,
+        rate: 0,
+    };
+    let report = imesh::bench::run(spec(&env, ws(&env), group), false)
+        .await
+        .unwrap();
+    assert_exact(&report);
+    assert_eq!(report.expected, 3 * 150 * 2);
+}
+
 #[tokio::test]
 async fn direct_over_tcp_with_tls_delivers_each_message_once() {
     let dir = std::env::temp_dir().join(format!("imesh-bench-tls-{}", std::process::id()));
