@@ -96,6 +96,9 @@ pub enum Scenario {
         messages: usize,
         #[arg(long, default_value_t = 0)]
         rate: u32,
+        /// Sends each sender keeps in flight (pipelined, not waiting for each ack).
+        #[arg(long, default_value_t = 1)]
+        window: usize,
     },
     /// C authenticated connections held idle for T seconds: memory per connection.
     Idle {

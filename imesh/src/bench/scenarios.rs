@@ -55,13 +55,13 @@ pub(super) async fn run(run: &Run, admin: &Admin) -> anyhow::Result<Report> {
             senders,
             messages,
             rate,
+            window,
         } => {
             group(
                 run,
                 admin,
                 (size, groups, senders.min(size)),
-                messages,
-                rate,
+                (messages, rate, window),
             )
             .await
         }
@@ -424,13 +424,13 @@ fn write_fanout_size(size: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `group`: `groups` groups of `size` members, `senders` of each sending.
+/// `group`: `groups` groups of `size` members, `senders` of each sending `messages` at
+/// `rate` (all senders together), `window` in flight each.
 async fn group(
     run: &Run,
     admin: &Admin,
     (size, groups, senders): (usize, usize, usize),
-    messages: usize,
-    rate: u32,
+    (messages, rate, window): (usize, u32, usize),
 ) -> anyhow::Result<Report> {
     write_fanout_size(size)?;
     run.progress.set_message("provisioning");
@@ -457,7 +457,7 @@ async fn group(
                     to: To::GroupId(*group_id),
                     messages,
                     interval: interval(rate, senders * groups),
-                    window: 1,
+                    window: window.max(1),
                     receipt: false,
                 });
             }

@@ -86,7 +86,10 @@ mod tests {
     #[test]
     fn renumbering_moves_parameters_and_leaves_quoted_text() {
         assert_eq!(
-            renumber(r#"SELECT $1, '$2', "a$3", $10 || 'it''s $4' FROM t WHERE x = $2"#, 5),
+            renumber(
+                r#"SELECT $1, '$2', "a$3", $10 || 'it''s $4' FROM t WHERE x = $2"#,
+                5
+            ),
             r#"SELECT $6, '$2', "a$3", $15 || 'it''s $4' FROM t WHERE x = $7"#
         );
         assert_eq!(renumber("SELECT $", 3), "SELECT $");

@@ -106,6 +106,7 @@ async fn group_receipts_and_reconnect_deliver_each_message_once() {
         senders: 2,
         messages: 3,
         rate: 0,
+        window: 1,
     };
     let report = imesh::bench::run(spec(&env, ws(&env), group), false)
         .await
@@ -227,13 +228,14 @@ async fn members_ack_as_pushes_pile_up_and_keep_their_connections() {
     })
     .await;
     // Each member hears 2 × 150 messages, far more than the window, well within the
-    // periodic ack's second.
+    // periodic ack's second; senders keep 4 sends in flight.
     let group = Scenario::Group {
         size: 3,
         groups: 1,
         senders: 3,
         messages: 150,
         rate: 0,
+        window: 4,
     };
     let report = imesh::bench::run(spec(&env, ws(&env), group), false)
         .await
@@ -292,6 +294,7 @@ async fn a_bad_gateway_address_or_group_size_is_refused_by_name() {
         senders: 1,
         messages: 1,
         rate: 0,
+        window: 1,
     };
     let e = imesh::bench::run(spec(&env, ws(&env), one_member), false)
         .await

@@ -85,7 +85,11 @@ pub(super) struct Marks {
 }
 
 /// The statements that apply the events' marks.
-pub(super) fn marks(backend: DatabaseBackend, events: &[StoredEvent], known: &KnownStates) -> Marks {
+pub(super) fn marks(
+    backend: DatabaseBackend,
+    events: &[StoredEvent],
+    known: &KnownStates,
+) -> Marks {
     let mut statements = Vec::new();
     let MarkPlan {
         latest,
