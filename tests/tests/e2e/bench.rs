@@ -2,7 +2,10 @@
 //! `direct` over TCP) delivers every message exactly once (a super group's as live hints),
 //! reports what it measured, and rides through rate limits and reconnects.
 
-use imesh::bench::{Report, Scenario, Spec};
+use imesh::{
+    bench::{Report, Scenario, Spec},
+    cluster::ClusterSpec,
+};
 use imesh_tests::{INTERNAL_SECRET, Stores, TestCluster};
 
 fn spec(env: &TestCluster, gateway: String, scenario: Scenario) -> Spec {
@@ -51,12 +54,19 @@ fn assert_exact(report: &Report) {
 }
 
 async fn unlimited() -> TestCluster {
+    limited(0, |_| {}).await
+}
+
+/// A cluster whose users may send `user_per_sec` messages a second (0: any number), and
+/// groups any number, set up further by `adjust`.
+async fn limited(user_per_sec: u32, adjust: impl FnOnce(&mut ClusterSpec)) -> TestCluster {
     TestCluster::start_with(Stores::Embedded, |spec| {
         spec.message.rate_limits = message_svc::RateLimitConfig {
-            user_per_sec: 0,
+            user_per_sec,
             group_per_sec: 0,
             ..Default::default()
         };
+        adjust(spec);
     })
     .await
 }
@@ -195,14 +205,7 @@ async fn idle_connections_are_held_and_measured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn senders_wait_out_rate_limits_and_lose_nothing() {
-    let env = TestCluster::start_with(Stores::Embedded, |spec| {
-        spec.message.rate_limits = message_svc::RateLimitConfig {
-            user_per_sec: 10,
-            group_per_sec: 0,
-            ..Default::default()
-        };
-    })
-    .await;
+    let env = limited(10, |_| {}).await;
     let direct = Scenario::Direct {
         pairs: 1,
         messages: 25,
@@ -218,15 +221,7 @@ async fn senders_wait_out_rate_limits_and_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_ack_as_pushes_pile_up_and_keep_their_connections() {
-    let env = TestCluster::start_with(Stores::Embedded, |spec| {
-        spec.message.rate_limits = message_svc::RateLimitConfig {
-            user_per_sec: 0,
-            group_per_sec: 0,
-            ..Default::default()
-        };
-        spec.gateway.unacked_window = 100;
-    })
-    .await;
+    let env = limited(0, |spec| spec.gateway.unacked_window = 100).await;
     // Each member hears 2 × 150 messages, far more than the window, well within the
     // periodic ack's second; senders keep 4 sends in flight.
     let group = Scenario::Group {
