@@ -5,8 +5,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use imesh_kit::{error::StoreError, sql::Unnest};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement, TransactionTrait, Values};
+use imesh_kit::{
+    error::StoreError,
+    sql::{Unnest, With},
+};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement, TransactionTrait};
 
 use super::{OUTBOX_TABLE, Seqs, encode_content, encode_mentions, json};
 use crate::{domain::Sent, store::commits::Append};
@@ -67,27 +70,32 @@ fn write_batch(batch: &[Append], conversations: &BTreeMap<&str, Seqs>) -> Statem
         .map(|(id, seqs)| (id.to_string(), seqs.oldest.into()))
         .collect();
     let oldest_at = rows.parameters() + 1;
-    let messages = messages(batch, oldest_at);
-    let events = events(batch, messages.parameters());
-    let raised = "WHERE r.conversation_id IN (SELECT id FROM raised)";
-    let sql = format!(
-        "WITH raised AS (INSERT INTO conversations AS c (id, max_seq, updated_at_ms) \
+    let raise = format!(
+        "INSERT INTO conversations AS c (id, max_seq, updated_at_ms) \
          SELECT r.id, r.max_seq, r.updated_at_ms FROM {} ORDER BY r.id \
          ON CONFLICT (id) DO UPDATE SET max_seq = GREATEST(c.max_seq, excluded.max_seq), \
          updated_at_ms = GREATEST(c.updated_at_ms, excluded.updated_at_ms) \
          WHERE c.max_seq < (${oldest_at}::jsonb ->> excluded.id)::bigint \
-         RETURNING c.id), \
-         messages AS ({}), events AS ({}) \
-         SELECT id FROM raised",
+         RETURNING c.id",
         rows.table("r"),
-        messages.insert_sql("messages", raised),
-        events.insert_sql(OUTBOX_TABLE, raised),
     );
     let mut values = rows.into_values();
     values.push(serde_json::Value::Object(oldest).to_string().into());
-    values.extend(messages.into_values());
-    values.extend(events.into_values());
-    Statement::from_sql_and_values(sea_orm::DatabaseBackend::Postgres, sql, Values(values))
+    let with = With::new().numbered("raised", &raise, values);
+    let raised = "WHERE r.conversation_id IN (SELECT id FROM raised)";
+    let messages = messages(batch, with.parameters());
+    let with = with.numbered(
+        "messages",
+        &messages.insert_sql("messages", raised),
+        messages.into_values(),
+    );
+    let events = events(batch, with.parameters());
+    with.numbered(
+        "events",
+        &events.insert_sql(OUTBOX_TABLE, raised),
+        events.into_values(),
+    )
+    .select("SELECT id FROM raised")
 }
 
 /// The outbox events of `batch` as arrays after `before` parameters, with their
