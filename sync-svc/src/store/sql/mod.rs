@@ -93,19 +93,17 @@ impl SqlInboxStore {
         first: bool,
     ) -> Result<Vec<Vec<i64>>, DbErr> {
         let backend = self.db.get_database_backend();
-        if backend == DatabaseBackend::Postgres && !receipts::asked(events) {
-            let beside = self.beside(events);
-            if beside.disjoint {
-                let seqs = postgres::append(&self.db, events, counts, beside.statements).await?;
-                self.known.remember(&beside.created);
-                return Ok(seqs);
-            }
+        let beside = self.beside(events);
+        if backend == DatabaseBackend::Postgres && beside.disjoint && !receipts::asked(events) {
+            let seqs = postgres::append(&self.db, events, counts, beside.statements).await?;
+            self.known.remember(&beside.created);
+            return Ok(seqs);
         }
         let Some(cache) = self.heads.as_ref().filter(|_| first) else {
             let txn = self.db.begin().await?;
             let before = heads::advance(&txn, counts).await?;
             let (seqs, heads) = heads::number(events, before);
-            let (statements, created) = self.statements(events, &seqs);
+            let (statements, created) = self.statements(events, &seqs, beside);
             imesh_kit::sql::execute_all(&txn, statements).await?;
             if receipts::asked(events) {
                 // Receipt slots are placed after the conversation's last one, read in the
@@ -127,7 +125,7 @@ impl SqlInboxStore {
             before.extend(heads::read(&self.db, &missing).await?);
         }
         let (seqs, heads) = heads::number(events, before);
-        let (mut statements, created) = self.statements(events, &seqs);
+        let (mut statements, created) = self.statements(events, &seqs, beside);
         statements.extend(heads::raise(backend, &heads));
         if receipts::asked(events) {
             let txn = self.db.begin().await?;
@@ -143,12 +141,13 @@ impl SqlInboxStore {
         Ok(seqs)
     }
 
-    /// The statements storing the events with the entries `seqs` numbers, and the read
-    /// states they open.
+    /// The statements storing the events with the entries `seqs` numbers, then those
+    /// `beside` them, and the read states they open.
     fn statements(
         &self,
         events: &[StoredEvent],
         seqs: &[Vec<i64>],
+        beside: reads::Marks,
     ) -> (Vec<sea_orm::Statement>, Vec<(i64, String)>) {
         let backend = self.db.get_database_backend();
         // In (user, seq) order, as every append takes its rows: appends racing to the same
@@ -160,7 +159,6 @@ impl SqlInboxStore {
             .collect();
         entries.sort_unstable();
         let mut statements = inserts(backend, events, &entries);
-        let beside = self.beside(events);
         statements.extend(beside.statements);
         (statements, beside.created)
     }
