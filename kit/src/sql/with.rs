@@ -48,7 +48,8 @@ impl With {
     }
 }
 
-/// `sql` with each parameter `$n` outside quotes made `$(n + by)`.
+/// `sql` with each parameter `$n` outside quotes made `$(n + by)`. Statements as sea-query
+/// and this crate write them: no comments, no dollar-quoted or `E'…'` strings.
 fn renumber(sql: &str, by: usize) -> String {
     let mut out = String::with_capacity(sql.len() + 8);
     let mut quote: Option<char> = None;
