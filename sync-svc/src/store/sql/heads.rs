@@ -132,32 +132,52 @@ pub(super) async fn advance(
     counts: &BTreeMap<i64, i64>,
 ) -> Result<HashMap<i64, i64>, DbErr> {
     let backend = txn.get_database_backend();
-    let counts: Vec<(i64, i64)> = counts.iter().map(|(u, c)| (*u, *c)).collect();
+    let counts_of: Vec<(i64, i64)> = counts.iter().map(|(u, c)| (*u, *c)).collect();
     let mut before = HashMap::with_capacity(counts.len());
-    for chunk in counts.chunks(CHUNK) {
-        let rows = chunk.iter().map(|(u, c)| vec![(*u).into(), (*c).into()]);
-        let mut advance = imesh_kit::sql::upsert(
-            backend,
-            "inbox_heads",
-            &["user_id", "last_seq"],
-            &["user_id"],
-            &[Merge::Add("last_seq")],
-            rows.collect(),
-        );
+    for chunk in counts_of.chunks(CHUNK) {
+        let advance = advance_statement(backend, chunk);
         let heads = if backend == DatabaseBackend::Postgres {
-            advance.sql.push_str(" RETURNING user_id, last_seq");
             txn.query_all_raw(advance).await?
         } else {
             txn.execute_raw(advance).await?;
             let users: Vec<i64> = chunk.iter().map(|(u, _)| *u).collect();
             txn.query_all(&select(&users)).await?
         };
-        let advanced: HashMap<i64, i64> = chunk.iter().copied().collect();
-        for row in heads {
-            let user: i64 = row.try_get("", "user_id")?;
-            let last: i64 = row.try_get("", "last_seq")?;
-            before.insert(user, last - advanced[&user]);
-        }
+        before.extend(before_advance(&heads, counts)?);
+    }
+    Ok(before)
+}
+
+/// The statement advancing each user's head by their count, in user order as `counts`
+/// gives them (so two appends lock shared heads in the same order); on PostgreSQL it
+/// returns the heads after (`user_id`, `last_seq`).
+pub(super) fn advance_statement(backend: DatabaseBackend, counts: &[(i64, i64)]) -> Statement {
+    let rows = counts.iter().map(|(u, c)| vec![(*u).into(), (*c).into()]);
+    let mut advance = imesh_kit::sql::upsert(
+        backend,
+        "inbox_heads",
+        &["user_id", "last_seq"],
+        &["user_id"],
+        &[Merge::Add("last_seq")],
+        rows.collect(),
+    );
+    if backend == DatabaseBackend::Postgres {
+        advance.sql.push_str(" RETURNING user_id, last_seq");
+    }
+    advance
+}
+
+/// The heads before an advance by `counts`, from the heads after it (`user_id`,
+/// `last_seq` rows).
+pub(super) fn before_advance(
+    advanced: &[sea_orm::QueryResult],
+    counts: &BTreeMap<i64, i64>,
+) -> Result<HashMap<i64, i64>, DbErr> {
+    let mut before = HashMap::with_capacity(advanced.len());
+    for row in advanced {
+        let user: i64 = row.try_get("", "user_id")?;
+        let last: i64 = row.try_get("", "last_seq")?;
+        before.insert(user, last - counts[&user]);
     }
     Ok(before)
 }

@@ -194,7 +194,20 @@ fn inserts(
     events: &[StoredEvent],
     entries: &[(i64, i64, i64)],
 ) -> Vec<sea_orm::Statement> {
-    let events = (events.iter())
+    let entries = entries.chunks(CHUNK).map(|chunk| {
+        let rows = (chunk.iter())
+            .map(|(user, seq, event)| vec![(*user).into(), (*seq).into(), (*event).into()])
+            .collect();
+        insert(backend, "inbox", &["user_id", "sync_seq", "event_pk"], rows)
+    });
+    std::iter::once(insert_events(backend, events))
+        .chain(entries)
+        .collect()
+}
+
+/// The insert of the events themselves.
+fn insert_events(backend: DatabaseBackend, events: &[StoredEvent]) -> sea_orm::Statement {
+    let rows = (events.iter())
         .map(|e| {
             vec![
                 e.id.into(),
@@ -203,19 +216,7 @@ fn inserts(
             ]
         })
         .collect();
-    let events = insert(
-        backend,
-        "sync_events",
-        &["id", "event_id", "payload"],
-        events,
-    );
-    let entries = entries.chunks(CHUNK).map(|chunk| {
-        let rows = (chunk.iter())
-            .map(|(user, seq, event)| vec![(*user).into(), (*seq).into(), (*event).into()])
-            .collect();
-        insert(backend, "inbox", &["user_id", "sync_seq", "event_pk"], rows)
-    });
-    std::iter::once(events).chain(entries).collect()
+    insert(backend, "sync_events", &["id", "event_id", "payload"], rows)
 }
 
 #[async_trait]

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use imesh_kit::sql::{Unnest, With};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement};
+use sea_orm::{ConnectionTrait, DatabaseBackend::Postgres, DatabaseConnection, DbErr, Statement};
 
 use super::heads;
 use crate::domain::StoredEvent;
@@ -20,26 +20,10 @@ pub(super) async fn append(
     counts: &BTreeMap<i64, i64>,
     beside: Vec<Statement>,
 ) -> Result<Vec<Vec<i64>>, DbErr> {
-    let heads = Unnest::new()
-        .bigints("user_id", counts.keys().copied())
-        .bigints("last_seq", counts.values().copied());
-    // Rows are taken in user order, so two appends lock shared heads in the same order.
-    let advance = format!(
-        "INSERT INTO inbox_heads AS h (user_id, last_seq) SELECT r.user_id, r.last_seq \
-         FROM {} ORDER BY r.user_id ON CONFLICT (user_id) DO UPDATE \
-         SET last_seq = h.last_seq + excluded.last_seq RETURNING h.user_id, h.last_seq",
-        heads.table("r")
-    );
-    let with = With::new().numbered("heads", &advance, heads.into_values());
-    let stored = Unnest::after(with.parameters())
-        .bigints("id", events.iter().map(|e| e.id))
-        .texts("event_id", events.iter().map(|e| e.event_id.clone()))
-        .bytes("payload", events.iter().map(|e| e.payload.to_vec()));
-    let with = with.numbered(
-        "events",
-        &stored.insert_sql("sync_events", ""),
-        stored.into_values(),
-    );
+    let counts_of: Vec<(i64, i64)> = counts.iter().map(|(u, c)| (*u, *c)).collect();
+    let with = With::new()
+        .part("heads", heads::advance_statement(Postgres, &counts_of))
+        .part("events", super::insert_events(Postgres, events));
     // Each entry as how far below its recipient's new head it is: numbered from 1 per
     // recipient, in event order, the entry k of a recipient with n is n − k below.
     let (nth, _) = heads::number(events, HashMap::new());
@@ -65,11 +49,6 @@ pub(super) async fn append(
     let advanced = db
         .query_all_raw(with.select("SELECT user_id, last_seq FROM heads"))
         .await?;
-    let mut before = HashMap::with_capacity(advanced.len());
-    for row in advanced {
-        let user: i64 = row.try_get("", "user_id")?;
-        let last: i64 = row.try_get("", "last_seq")?;
-        before.insert(user, last - counts[&user]);
-    }
+    let before = heads::before_advance(&advanced, counts)?;
     Ok(heads::number(events, before).0)
 }
