@@ -290,8 +290,8 @@ fn postgres_on_conflict(table: &str, key: &[&str], merges: &[Merge<'_>]) -> Stri
     format!("ON CONFLICT ({key}) DO UPDATE SET {}", sets.join(", "))
 }
 
-/// [`upsert`] as a sea-query statement, for callers that add to it (e.g. `RETURNING`).
-pub fn upsert_query(
+/// [`upsert`] as a sea-query statement: a `VALUES` list, on every backend.
+fn upsert_query(
     backend: sea_orm::DatabaseBackend,
     table: &str,
     columns: &[&str],

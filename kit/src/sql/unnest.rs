@@ -39,23 +39,23 @@ impl Unnest {
     }
 
     pub fn bigints(self, column: &'static str, values: impl IntoIterator<Item = i64>) -> Self {
-        self.column(column, "bigint", false, ArrayType::BigInt, values)
+        self.column(column, false, ArrayType::BigInt, values)
     }
 
     pub fn ints(self, column: &'static str, values: impl IntoIterator<Item = i32>) -> Self {
-        self.column(column, "integer", false, ArrayType::Int, values)
+        self.column(column, false, ArrayType::Int, values)
     }
 
     pub fn smallints(self, column: &'static str, values: impl IntoIterator<Item = i16>) -> Self {
-        self.column(column, "smallint", false, ArrayType::SmallInt, values)
+        self.column(column, false, ArrayType::SmallInt, values)
     }
 
     pub fn bools(self, column: &'static str, values: impl IntoIterator<Item = bool>) -> Self {
-        self.column(column, "boolean", false, ArrayType::Bool, values)
+        self.column(column, false, ArrayType::Bool, values)
     }
 
     pub fn texts(self, column: &'static str, values: impl IntoIterator<Item = String>) -> Self {
-        self.column(column, "text", false, ArrayType::String, values)
+        self.column(column, false, ArrayType::String, values)
     }
 
     /// A nullable text column. The arrays bound here hold no NULL element, so NULL travels
@@ -69,24 +69,23 @@ impl Unnest {
             debug_assert_ne!(v.as_deref(), Some(""), "{column}: '' stands for NULL");
             v.unwrap_or_default()
         });
-        self.column(column, "text", true, ArrayType::String, values)
+        self.column(column, true, ArrayType::String, values)
     }
 
     pub fn bytes(self, column: &'static str, values: impl IntoIterator<Item = Vec<u8>>) -> Self {
-        self.column(column, "bytea", false, ArrayType::Bytes, values)
+        self.column(column, false, ArrayType::Bytes, values)
     }
 
     fn column<T: Into<Value>>(
         mut self,
-        column: &'static str,
-        sql_type: &'static str,
+        column: &str,
         empty_is_null: bool,
         ty: ArrayType,
         values: impl IntoIterator<Item = T>,
     ) -> Self {
         let values: Vec<Value> = values.into_iter().map(Into::into).collect();
         self.columns
-            .push((column.to_owned(), sql_type, empty_is_null));
+            .push((column.to_owned(), sql_type(&ty), empty_is_null));
         self.arrays.push(Value::Array(ty, Some(Box::new(values))));
         self
     }
@@ -102,12 +101,12 @@ impl Unnest {
         let mut types = Vec::with_capacity(columns.len());
         for value in first {
             types.push(match value {
-                Value::BigInt(_) => ("bigint", ArrayType::BigInt),
-                Value::Int(_) => ("integer", ArrayType::Int),
-                Value::SmallInt(_) => ("smallint", ArrayType::SmallInt),
-                Value::Bool(_) => ("boolean", ArrayType::Bool),
-                Value::String(_) => ("text", ArrayType::String),
-                Value::Bytes(_) => ("bytea", ArrayType::Bytes),
+                Value::BigInt(_) => ArrayType::BigInt,
+                Value::Int(_) => ArrayType::Int,
+                Value::SmallInt(_) => ArrayType::SmallInt,
+                Value::Bool(_) => ArrayType::Bool,
+                Value::String(_) => ArrayType::String,
+                Value::Bytes(_) => ArrayType::Bytes,
                 _ => return Err(rows),
             });
         }
@@ -148,11 +147,8 @@ impl Unnest {
             }
         }
         let mut unnest = Self::new();
-        for (((column, (sql_type, ty)), values), null) in
-            columns.iter().zip(types).zip(arrays).zip(nulls)
-        {
-            unnest.columns.push(((*column).to_owned(), sql_type, null));
-            unnest.arrays.push(Value::Array(ty, Some(Box::new(values))));
+        for (((column, ty), values), null) in columns.iter().zip(types).zip(arrays).zip(nulls) {
+            unnest = unnest.column(column, null, ty, values);
         }
         Ok(unnest)
     }
@@ -217,6 +213,19 @@ impl Unnest {
             "arrays after other parameters: use into_values"
         );
         Statement::from_sql_and_values(DatabaseBackend::Postgres, sql, Values(self.arrays))
+    }
+}
+
+/// PostgreSQL's name for the elements of an array of `ty`, one of the types bound here.
+fn sql_type(ty: &ArrayType) -> &'static str {
+    match ty {
+        ArrayType::BigInt => "bigint",
+        ArrayType::Int => "integer",
+        ArrayType::SmallInt => "smallint",
+        ArrayType::Bool => "boolean",
+        ArrayType::String => "text",
+        ArrayType::Bytes => "bytea",
+        other => unreachable!("no array of {other:?} is bound"),
     }
 }
 
