@@ -300,8 +300,6 @@ pub(super) async fn write_appends(
         return postgres::write_appends(db, batch, &conversations, files).await;
     }
     let events: Vec<OutboxRow> = batch.iter().map(|a| a.event.clone()).collect();
-    let mut rest = vec![outbox::insert_statement(backend, OUTBOX_TABLE, &events)];
-    rest.extend(files);
     let raise = imesh_kit::sql::upsert_max(
         backend,
         "conversations",
@@ -312,8 +310,12 @@ pub(super) async fn write_appends(
             .map(|(id, s)| vec![(*id).into(), s.newest.into(), s.newest_at_ms.into()])
             .collect(),
     );
-    let mut statements = vec![insert_messages(backend, batch), raise];
-    statements.extend(rest);
+    let mut statements = vec![
+        insert_messages(backend, batch),
+        raise,
+        outbox::insert_statement(backend, OUTBOX_TABLE, &events),
+    ];
+    statements.extend(files);
     if backend == sea_orm::DatabaseBackend::Sqlite {
         // The writes take SQLite's one write lock at once: a trigger refuses what is behind.
         imesh_kit::sql::commit(db, &statements).await?;
