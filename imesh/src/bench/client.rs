@@ -188,12 +188,8 @@ impl Client {
     }
 
     async fn write(&self, request_id: u64, body: Out) -> anyhow::Result<()> {
-        let frame = ClientFrame {
-            request_id,
-            body: Some(body),
-        };
         self.writes
-            .send(frame.encode_to_vec())
+            .send(encoded(request_id, body))
             .await
             .map_err(|_| anyhow::anyhow!("the connection is closed"))
     }
@@ -202,6 +198,15 @@ impl Client {
     pub fn close(&self) {
         self.closed.cancel();
     }
+}
+
+/// A client frame as the bytes written.
+fn encoded(request_id: u64, body: Out) -> Vec<u8> {
+    ClientFrame {
+        request_id,
+        body: Some(body),
+    }
+    .encode_to_vec()
 }
 
 /// Routes replies to their waiting requests and pushes to the tally; acks once
@@ -226,12 +231,9 @@ async fn dispatch(
             In::Push(push) => {
                 tally.pushed(push.entries);
                 let cursor = tally.cursor();
-                let ack = ClientFrame {
-                    request_id: 0,
-                    body: Some(Out::Ack(Ack { sync_seq: cursor })),
-                };
+                let ack = || encoded(0, Out::Ack(Ack { sync_seq: cursor }));
                 // A full write queue acks with the next push instead.
-                if cursor - acked >= ACK_AFTER && writes.try_send(ack.encode_to_vec()).is_ok() {
+                if cursor - acked >= ACK_AFTER && writes.try_send(ack()).is_ok() {
                     acked = cursor;
                 }
             }
