@@ -20,10 +20,28 @@ pub(super) async fn append(
     counts: &BTreeMap<i64, i64>,
     beside: Vec<Statement>,
 ) -> Result<Vec<Vec<i64>>, DbErr> {
+    let mut with = With::new().part("events", super::insert_events(Postgres, events));
+    // Events without recipients (read fanout) advance no head and write no entry.
+    let select = match counts.is_empty() {
+        true => "SELECT 1 WHERE false",
+        false => {
+            with = entries(with, events, counts);
+            "SELECT user_id, last_seq FROM heads"
+        }
+    };
+    for (i, statement) in beside.into_iter().enumerate() {
+        with = with.part(&format!("beside{i}"), statement);
+    }
+    let advanced = db.query_all_raw(with.select(select)).await?;
+    let before = heads::before_advance(&advanced, counts)?;
+    Ok(heads::number(events, before).0)
+}
+
+/// `with` and the parts advancing the recipients' heads (`heads`) and writing their
+/// entries numbered below the new heads.
+fn entries(with: With, events: &[StoredEvent], counts: &BTreeMap<i64, i64>) -> With {
     let counts_of: Vec<(i64, i64)> = counts.iter().map(|(u, c)| (*u, *c)).collect();
-    let with = With::new()
-        .part("heads", heads::advance_statement(Postgres, &counts_of))
-        .part("events", super::insert_events(Postgres, events));
+    let with = with.part("heads", heads::advance_statement(Postgres, &counts_of));
     // Each entry as how far below its recipient's new head it is: numbered from 1 per
     // recipient, in event order, the entry k of a recipient with n is n − k below.
     let (nth, _) = heads::number(events, HashMap::new());
@@ -36,19 +54,11 @@ pub(super) async fn append(
         .bigints("user_id", entries.iter().map(|(user, _, _)| *user))
         .bigints("below", entries.iter().map(|(_, below, _)| *below))
         .bigints("event_pk", entries.iter().map(|(_, _, event)| *event));
-    let entries = format!(
+    let sql = format!(
         "INSERT INTO inbox (user_id, sync_seq, event_pk) \
          SELECT e.user_id, h.last_seq - e.below, e.event_pk FROM {} \
          JOIN heads h ON h.user_id = e.user_id",
         below.table("e")
     );
-    let mut with = with.numbered("entries", &entries, below.into_values());
-    for (i, statement) in beside.into_iter().enumerate() {
-        with = with.part(&format!("beside{i}"), statement);
-    }
-    let advanced = db
-        .query_all_raw(with.select("SELECT user_id, last_seq FROM heads"))
-        .await?;
-    let before = heads::before_advance(&advanced, counts)?;
-    Ok(heads::number(events, before).0)
+    with.numbered("entries", &sql, below.into_values())
 }

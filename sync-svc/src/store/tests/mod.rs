@@ -127,6 +127,22 @@ async fn a_replayed_event_is_a_conflict_and_adds_no_entry() {
 }
 
 #[tokio::test]
+async fn events_without_recipients_are_stored_and_move_their_conversation() {
+    for (backend, store) in stores().await {
+        // A read-fanout group's message: stored, no inbox entry, the conversation moves.
+        let seqs = store.append(&[message(1, "g:9", 4, 7, &[])]).await.unwrap();
+        assert_eq!(seqs, vec![Vec::<i64>::new()], "{backend:?}");
+        let known = store.known_events(&["e1"]).await.unwrap();
+        assert!(known.contains("e1"), "{backend:?}");
+        let latest = store.latest_seqs(&["g:9"]).await.unwrap();
+        assert_eq!(latest, vec![("g:9".to_owned(), 4)], "{backend:?}");
+        // Recipients after it number from their first entry as ever.
+        let seqs = store.append(&[event(2, &[7])]).await.unwrap();
+        assert_eq!(seqs, vec![vec![1]], "{backend:?}");
+    }
+}
+
+#[tokio::test]
 async fn appends_number_each_recipients_entries_after_their_last() {
     for (backend, store) in stores().await {
         let seqs = store
