@@ -24,15 +24,16 @@ pub trait Counters: Send + Sync + 'static {
     /// Adds one to each existing key and returns the new values, `None` for keys that do
     /// not exist. MUST NOT create a missing key (that is how a lost counter is detected).
     async fn incr_existing(&self, keys: &[&str]) -> Result<Vec<Option<i64>>, StoreError>;
-    /// Creates `key` at `floor` unless it already exists.
-    async fn init(&self, key: &str, floor: i64) -> Result<(), StoreError>;
+    /// Creates each key at its floor unless it already exists.
+    async fn init(&self, floors: &[(&str, i64)]) -> Result<(), StoreError>;
 }
 
 /// Where ceilings are persisted.
 #[async_trait]
 pub trait Ceilings: Send + Sync + 'static {
-    /// The persisted ceiling of `key`, 0 when none was ever written.
-    async fn get(&self, key: &str) -> Result<i64, StoreError>;
+    /// The persisted ceiling of each key, in the order given; 0 for a key whose ceiling
+    /// was never written.
+    async fn get(&self, keys: &[&str]) -> Result<Vec<i64>, StoreError>;
     /// Raises each key's ceiling to at least the given value; MUST never lower one.
     async fn raise(&self, ceilings: &[(&str, i64)]) -> Result<(), StoreError>;
 }
@@ -79,11 +80,26 @@ impl SeqAllocator {
     pub async fn next_many(&self, keys: &[&str]) -> Result<Vec<i64>, StoreError> {
         let mut values = self.counters.incr_existing(keys).await?;
         let some_missing = values.iter().any(Option::is_none);
-        for (i, key) in keys.iter().enumerate() {
-            while values[i].is_none() {
-                let floor = self.ceilings.get(key).await?;
-                self.counters.init(key, floor).await?;
-                values[i] = self.counters.incr_existing(&[key]).await?[0];
+        // Lost counters come back at their persisted ceilings, all of a call's together: a
+        // batch of new conversations costs one read of ceilings, not one per conversation.
+        loop {
+            let missing: Vec<usize> = (0..keys.len()).filter(|&i| values[i].is_none()).collect();
+            if missing.is_empty() {
+                break;
+            }
+            let lost: Vec<&str> = missing
+                .iter()
+                .map(|&i| keys[i])
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let floors = self.ceilings.get(&lost).await?;
+            let floors: Vec<(&str, i64)> = lost.into_iter().zip(floors).collect();
+            self.counters.init(&floors).await?;
+            let again: Vec<&str> = missing.iter().map(|&i| keys[i]).collect();
+            let counted = self.counters.incr_existing(&again).await?;
+            for (i, value) in missing.into_iter().zip(counted) {
+                values[i] = value;
             }
         }
         let mut values: Vec<i64> = values.into_iter().map(|v| v.unwrap_or_default()).collect();

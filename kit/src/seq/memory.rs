@@ -35,8 +35,11 @@ impl Counters for MemoryCounters {
             .collect())
     }
 
-    async fn init(&self, key: &str, floor: i64) -> Result<(), StoreError> {
-        self.values.lock().entry(key.to_owned()).or_insert(floor);
+    async fn init(&self, floors: &[(&str, i64)]) -> Result<(), StoreError> {
+        let mut values = self.values.lock();
+        for (key, floor) in floors {
+            values.entry((*key).to_owned()).or_insert(*floor);
+        }
         Ok(())
     }
 }

@@ -37,11 +37,13 @@ impl Counters for RedisCounters {
         .await
     }
 
-    async fn init(&self, key: &str, floor: i64) -> Result<(), StoreError> {
-        let _: Option<String> = self
-            .pool
-            .set(key, floor, None, Some(SetOptions::NX), false)
-            .await?;
+    /// One `SET … NX` per key, all sent at once: one round trip of waiting.
+    async fn init(&self, floors: &[(&str, i64)]) -> Result<(), StoreError> {
+        let sets = floors.iter().map(|(key, floor)| {
+            self.pool
+                .set::<Option<String>, _, _>(*key, *floor, None, Some(SetOptions::NX), false)
+        });
+        futures::future::try_join_all(sets).await?;
         Ok(())
     }
 }

@@ -22,17 +22,23 @@ impl SqlCeilings {
 
 #[async_trait]
 impl Ceilings for SqlCeilings {
-    async fn get(&self, key: &str) -> Result<i64, StoreError> {
+    async fn get(&self, keys: &[&str]) -> Result<Vec<i64>, StoreError> {
         let query = Query::select()
-            .column(Alias::new("ceiling"))
+            .columns([Alias::new("name"), Alias::new("ceiling")])
             .from(Alias::new(TABLE))
-            .and_where(Expr::col(Alias::new("name")).eq(key))
+            .and_where(Expr::col(Alias::new("name")).is_in(keys.iter().copied()))
             .to_owned();
-        let row = self.db.query_one(&query).await?;
-        Ok(match row {
-            Some(row) => row.try_get::<i64>("", "ceiling")?,
-            None => 0,
-        })
+        let mut known = std::collections::HashMap::new();
+        for row in self.db.query_all(&query).await? {
+            known.insert(
+                row.try_get::<String>("", "name")?,
+                row.try_get::<i64>("", "ceiling")?,
+            );
+        }
+        Ok(keys
+            .iter()
+            .map(|key| known.get(*key).copied().unwrap_or(0))
+            .collect())
     }
 
     async fn raise(&self, ceilings: &[(&str, i64)]) -> Result<(), StoreError> {

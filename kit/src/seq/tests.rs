@@ -129,10 +129,10 @@ async fn next_many_allocates_per_key_and_raises_ceilings_monotonically() {
         );
         assert_eq!(alloc.next_many(&[&a, &b]).await.unwrap(), vec![1, 1]);
         assert_eq!(alloc.next_many(&[&a, &b]).await.unwrap(), vec![2, 2]);
-        assert_eq!(ceilings.get(&a).await.unwrap(), 101);
+        assert_eq!(ceilings.get(&[&a]).await.unwrap()[0], 101);
         ceilings.raise(&[(&a, 50)]).await.unwrap();
         assert_eq!(
-            ceilings.get(&a).await.unwrap(),
+            ceilings.get(&[&a]).await.unwrap()[0],
             101,
             "a ceiling never goes down"
         );
@@ -155,10 +155,10 @@ async fn a_key_repeated_in_one_call_gets_increasing_values_in_order() {
             );
             let got = alloc.next_many(&[&a, &b, &a, &a, &b]).await.unwrap();
             assert_eq!(got, vec![1, 1, 2, 3, 2], "{backend:?}");
-            assert_eq!(ceilings.get(&a).await.unwrap(), 13, "{backend:?}");
+            assert_eq!(ceilings.get(&[&a]).await.unwrap()[0], 13, "{backend:?}");
             let got = alloc.next_many(&[a.as_str(); 12]).await.unwrap();
             assert_eq!(got, (4..=15).collect::<Vec<_>>(), "{backend:?}");
-            assert_eq!(ceilings.get(&a).await.unwrap(), 25, "{backend:?}");
+            assert_eq!(ceilings.get(&[&a]).await.unwrap()[0], 25, "{backend:?}");
         }
     }
 }
@@ -174,15 +174,15 @@ impl Counters for CreatedMidCall {
         for key in keys {
             let value = self.0.incr_existing(&[key]).await?[0];
             if value.is_none() {
-                self.0.init(key, 0).await?;
+                self.0.init(&[(key, 0)]).await?;
             }
             values.push(value);
         }
         Ok(values)
     }
 
-    async fn init(&self, key: &str, floor: i64) -> Result<(), StoreError> {
-        self.0.init(key, floor).await
+    async fn init(&self, floors: &[(&str, i64)]) -> Result<(), StoreError> {
+        self.0.init(floors).await
     }
 }
 
@@ -201,4 +201,86 @@ async fn a_key_created_by_another_caller_mid_call_keeps_its_order_in_the_call() 
         vec![1, 1, 2, 3],
         "places of one key get its values in order"
     );
+}
+
+/// SQL ceilings that count the reads made of them.
+struct CountedReads {
+    ceilings: Arc<SqlCeilings>,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Ceilings for CountedReads {
+    async fn get(&self, keys: &[&str]) -> Result<Vec<i64>, StoreError> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.ceilings.get(keys).await
+    }
+
+    async fn raise(&self, ceilings: &[(&str, i64)]) -> Result<(), StoreError> {
+        self.ceilings.raise(ceilings).await
+    }
+}
+
+/// Allocates for 40 new keys (5 of them twice) in one call, loses every counter, then
+/// allocates for the 40 again: each call reads the ceilings once, and the values resume
+/// above those handed out.
+async fn one_read_of_ceilings_per_call(counters: Arc<dyn Counters>, lose: impl AsyncFn(&str)) {
+    for backend in testing::sql_backends() {
+        let ceilings = Arc::new(CountedReads {
+            ceilings: ceilings(backend).await,
+            reads: Default::default(),
+        });
+        let reads = || ceilings.reads.load(std::sync::atomic::Ordering::Relaxed);
+        let alloc = SeqAllocator::new(counters.clone(), ceilings.clone(), 10);
+        let keys: Vec<String> = (0..40)
+            .map(|i| format!("{{t:{}}}:{i}", testing::random_id()))
+            .collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut repeated = keys.clone();
+        repeated.extend(&keys[..5]);
+        let first = alloc.next_many(&repeated).await.unwrap();
+        assert_eq!(first[..40], [1; 40], "{backend:?}");
+        assert_eq!(
+            first[40..],
+            [2; 5],
+            "{backend:?}: a repeated key counts on, in order"
+        );
+        assert_eq!(reads(), 1, "{backend:?}: one read for the call's new keys");
+
+        for key in &keys {
+            lose(key).await;
+        }
+        let after = alloc.next_many(&keys).await.unwrap();
+        assert_eq!(
+            reads(),
+            2,
+            "{backend:?}: one read for the call's lost counters"
+        );
+        for (i, value) in after.iter().enumerate() {
+            let before = if i < 5 { 2 } else { 1 };
+            assert!(
+                *value > before && *value <= before + 10 + 1,
+                "{backend:?}: key {i} resumed at {value}, above {before} by at most a step"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn lost_memory_counters_of_one_call_come_back_with_one_read_of_their_ceilings() {
+    let counters = Arc::new(MemoryCounters::default());
+    let c = counters.clone();
+    one_read_of_ceilings_per_call(counters, async |_: &str| c.clear()).await;
+}
+
+#[tokio::test]
+async fn lost_redis_counters_of_one_call_come_back_with_one_read_of_their_ceilings() {
+    for (counters, pool) in redis_counters().await {
+        one_read_of_ceilings_per_call(Arc::new(counters), async |key: &str| {
+            use fred::prelude::KeysInterface;
+            let _: i64 = pool.del(key).await.unwrap();
+        })
+        .await;
+    }
 }
