@@ -83,6 +83,11 @@ pub enum Scenario {
         /// Sends each sender keeps in flight (pipelined, not waiting for each ack).
         #[arg(long, default_value_t = 1)]
         window: usize,
+        /// First send each conversation's first message, at the same pace, and wait until
+        /// all arrive; their latency is reported on its own line, the run's figures then
+        /// describe conversations under way. `--warmup false` measures from the start.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        warmup: bool,
     },
     /// Groups of G online members; S senders per group send K messages each.
     Group {

@@ -35,6 +35,8 @@ pub struct Report {
     pub deliveries_per_sec: f64,
     /// Send → push, for deliveries that arrived by push.
     pub latency: Latency,
+    /// Send → push of each conversation's first message, sent before the run.
+    pub warmup: Option<Latency>,
     pub server: Option<Server>,
     pub receipts: Option<Receipts>,
     pub super_group: Option<SuperGroup>,
@@ -171,6 +173,9 @@ impl Report {
             ("deliveries/s", format!("{:.0}", self.deliveries_per_sec)),
             ("send → push", latency(&self.latency)),
         ];
+        if let Some(warmup) = &self.warmup {
+            rows.push(("first messages", latency(warmup)));
+        }
         if let Some(r) = &self.receipts {
             rows.push((
                 "receipts",

@@ -45,9 +45,10 @@ pub(super) async fn run(run: &Run, admin: &Admin) -> anyhow::Result<Report> {
             messages,
             rate,
             window,
-        } => direct(run, admin, (pairs, messages, rate, window), false).await,
+            warmup,
+        } => direct(run, admin, (pairs, messages, rate, window), warmup, false).await,
         Scenario::Reconnect { pairs, messages } => {
-            direct(run, admin, (pairs, messages, 0, 1), true).await
+            direct(run, admin, (pairs, messages, 0, 1), false, true).await
         }
         Scenario::Group {
             size,
@@ -97,6 +98,7 @@ struct Sends {
 }
 
 /// The planned sends of one device: to whom, how many, at what pace.
+#[derive(Clone)]
 struct Plan {
     from: Arc<Device>,
     to: To,
@@ -188,6 +190,7 @@ async fn send_all(
     run: &Run,
     plans: &[Plan],
     sends: &Sends,
+    ids: &str,
 ) -> anyhow::Result<Vec<Vec<(i64, Instant)>>> {
     let start = tokio::time::Instant::now();
     try_join_all(plans.iter().enumerate().map(|(p, plan)| async move {
@@ -210,7 +213,7 @@ async fn send_all(
         let acked: Vec<(i64, Instant)> = paced
             .then(|k| async move {
                 let started = Instant::now();
-                let answer = start_send(run, plan, format!("{}-{p}-{k}", run.id), sends).await;
+                let answer = start_send(run, plan, format!("{ids}-{p}-{k}"), sends).await;
                 (answer, started)
             })
             .map(|(answer, started)| async move { anyhow::Ok((answer.await?, started)) })
@@ -338,7 +341,7 @@ async fn drive(
     let sent = AtomicBool::new(false);
     let started = Instant::now();
     let sending = async {
-        let seqs = send_all(run, &plans, &sends).await;
+        let seqs = send_all(run, &plans, &sends, &run.id).await;
         sent.store(true, Ordering::Release);
         seqs
     };
@@ -370,11 +373,48 @@ async fn drive(
     Ok((report, seqs))
 }
 
+/// Sends each plan's first message, at the plan's pace, and waits until every device
+/// holds the `expected` warm-up messages from others (or the run's time is up): the
+/// conversations exist and the caches along the way hold them. Returns the messages'
+/// send → push.
+async fn warm_up(
+    run: &Run,
+    devices: &[Arc<Device>],
+    plans: &[Plan],
+    expected: &[u64],
+) -> anyhow::Result<Latency> {
+    run.progress.set_message("warming up");
+    let firsts: Vec<Plan> = (plans.iter())
+        .map(|plan| Plan {
+            messages: 1,
+            ..plan.clone()
+        })
+        .collect();
+    send_all(run, &firsts, &Sends::default(), &tally::warmup_id(&run.id)).await?;
+    let arrived = || {
+        devices
+            .iter()
+            .zip(expected)
+            .all(|(d, e)| d.tally.warmed() >= *e)
+    };
+    while !arrived() && !run.left().is_zero() {
+        tokio::time::sleep(POLL).await;
+    }
+    let mut latency = tally::histogram();
+    for device in devices {
+        latency
+            .add(device.tally.warmup_latency())
+            .expect("histograms of the same bounds");
+    }
+    Ok(Latency::of(&latency))
+}
+
 /// `direct` (and `reconnect`, which drops and reconnects every device once, midway).
 async fn direct(
     run: &Run,
     admin: &Admin,
     (pairs, messages, rate, window): (usize, usize, u32, usize),
+    warmup: bool,
     reconnect: bool,
 ) -> anyhow::Result<Report> {
     run.progress.set_message("provisioning");
@@ -394,6 +434,10 @@ async fn direct(
             receipt: false,
         })
         .collect();
+    let warmup = match warmup {
+        true => Some(warm_up(run, &devices, &plans, &vec![1; devices.len()]).await?),
+        false => None,
+    };
     let expected = vec![messages as u64; devices.len()];
     let chaos = reconnect.then(|| {
         let (devices, target) = (devices.clone(), run.target.clone());
@@ -409,9 +453,8 @@ async fn direct(
         })
     });
     let name = if reconnect { "reconnect" } else { "direct" };
-    Ok(drive(run, name, &devices, plans, &expected, idle, chaos)
-        .await?
-        .0)
+    let (report, _) = drive(run, name, &devices, plans, &expected, idle, chaos).await?;
+    Ok(Report { warmup, ..report })
 }
 
 /// Scenarios measure normal groups, whose members each get the message in their inbox

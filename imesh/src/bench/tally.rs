@@ -45,6 +45,8 @@ pub struct Tally {
     anchor: Instant,
     /// Bench messages are those whose `client_msg_id` starts with this.
     run: String,
+    /// And warm-up messages those whose `client_msg_id` starts with this ([`warmup_id`]).
+    warmup: String,
     log: Mutex<Log>,
     arrivals: Option<mpsc::UnboundedSender<Arrival>>,
 }
@@ -62,6 +64,9 @@ struct Log {
     last_pushed: HashMap<(String, i64), i64>,
     reordered: u64,
     latency: Option<Histogram<u64>>,
+    /// Warm-up messages from others, and their send → push.
+    warmed: u64,
+    warmup_latency: Option<Histogram<u64>>,
     closed_by_server: Option<String>,
 }
 
@@ -87,6 +92,7 @@ impl Tally {
             user_id,
             anchor,
             run: run.to_owned(),
+            warmup: warmup_id(run),
             log: Mutex::new(Log::default()),
             arrivals,
         }
@@ -131,6 +137,20 @@ impl Tally {
         self.log.lock().closed_by_server = Some(why.to_owned());
     }
 
+    /// Warm-up messages from others this device holds.
+    pub fn warmed(&self) -> u64 {
+        self.log.lock().warmed
+    }
+
+    /// The send → push of the warm-up messages so far, handed over once.
+    pub fn warmup_latency(&self) -> Histogram<u64> {
+        self.log
+            .lock()
+            .warmup_latency
+            .take()
+            .unwrap_or_else(histogram)
+    }
+
     /// New bench messages this device holds (pushed or pulled, each counted once).
     pub fn received(&self) -> u64 {
         let log = self.log.lock();
@@ -160,6 +180,16 @@ impl Tally {
                 log.contiguous += 1;
             }
             match event.and_then(|e| e.kind) {
+                Some(sync_event::Kind::Message(m))
+                    if m.sender_id != self.user_id && m.client_msg_id.starts_with(&self.warmup) =>
+                {
+                    log.warmed += 1;
+                    if let Some(sent_us) = sent_at(&m.content) {
+                        let latency = log.warmup_latency.get_or_insert_with(histogram);
+                        latency.saturating_record(now_us.saturating_sub(sent_us).max(1));
+                    }
+                    return;
+                }
                 Some(sync_event::Kind::Message(m))
                     if m.sender_id != self.user_id && m.client_msg_id.starts_with(&self.run) =>
                 {
@@ -194,6 +224,12 @@ impl Tally {
             let _ = arrivals.send(arrival);
         }
     }
+}
+
+/// The prefix of a run's warm-up messages' client ids: not the run's own, so that they are
+/// not counted as its messages.
+pub fn warmup_id(run: &str) -> String {
+    format!("w{run}")
 }
 
 fn sent_at(content: &Option<imesh_protos::message::Content>) -> Option<u64> {

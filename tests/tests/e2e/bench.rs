@@ -74,24 +74,28 @@ async fn limited(user_per_sec: u32, adjust: impl FnOnce(&mut ClusterSpec)) -> Te
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     let env = unlimited().await;
-    let direct = || Scenario::Direct {
+    let direct = |warmup| Scenario::Direct {
         pairs: 3,
         messages: 5,
         rate: 0,
         window: 1,
+        warmup,
     };
-    let report = imesh::bench::run(spec(&env, ws(&env), direct()), false)
+    let report = imesh::bench::run(spec(&env, ws(&env), direct(true)), false)
         .await
         .unwrap();
     assert_exact(&report);
+    // Each device's first message goes before the run and is not counted in it.
     assert_eq!((report.sends, report.expected), (30, 30));
+    assert_eq!(report.warmup.as_ref().map(|w| w.count), Some(6));
     assert!(report.latency.count > 0 && report.latency.p99_us >= report.latency.p50_us);
     assert_eq!(report.transport, "WebSocket");
     let tcp = format!("tcp://{}", env.cluster.addrs.gateway_tcp);
-    let report = imesh::bench::run(spec(&env, tcp.clone(), direct()), false)
+    let report = imesh::bench::run(spec(&env, tcp.clone(), direct(false)), false)
         .await
         .unwrap();
     assert_exact(&report);
+    assert!(report.warmup.is_none());
     assert_eq!(report.transport, "TCP");
     // Pipelined: 4 sends in flight per sender, still each once and in order.
     let pipelined = Scenario::Direct {
@@ -99,6 +103,7 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
         messages: 12,
         rate: 0,
         window: 4,
+        warmup: false,
     };
     let report = imesh::bench::run(spec(&env, tcp, pipelined), false)
         .await
@@ -211,6 +216,7 @@ async fn senders_wait_out_rate_limits_and_lose_nothing() {
         messages: 25,
         rate: 0,
         window: 1,
+        warmup: false,
     };
     let report = imesh::bench::run(spec(&env, ws(&env), direct), false)
         .await
@@ -258,6 +264,7 @@ async fn direct_over_tcp_with_tls_delivers_each_message_once() {
         messages: 5,
         rate: 0,
         window: 2,
+        warmup: true,
     };
     let mut tls = spec(&env, format!("tls://localhost:{port}"), direct);
     tls.ca = Some(cert);

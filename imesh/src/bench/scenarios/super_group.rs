@@ -79,7 +79,7 @@ pub(super) async fn run(run: &Run, admin: &Admin, shape: Shape) -> anyhow::Resul
     }];
     let sends = Sends::default();
     let started = Instant::now();
-    let sent: Vec<(i64, Instant)> = send_all(run, &plans, &sends).await?.concat();
+    let sent: Vec<(i64, Instant)> = send_all(run, &plans, &sends, &run.id).await?.concat();
     let last = sent.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
     // Every member but the sender hears of the last seq, or the run stops waiting.
     run.progress.set_message("hinting");
