@@ -56,6 +56,10 @@ pub struct Spec {
     /// Server processes on this machine to measure (CPU, memory); repeat for several.
     #[arg(long = "pid")]
     pub pids: Vec<u32>,
+    /// Stores beside them (PostgreSQL's postmaster, redis-server): their CPU, their
+    /// children's included, is added to the servers' as "with the stores"; repeatable.
+    #[arg(long = "store-pid")]
+    pub store_pids: Vec<u32>,
     /// The whole run stops after this long, whatever is left.
     #[arg(long, default_value_t = 120)]
     pub max_secs: u64,

@@ -69,6 +69,8 @@ pub struct Server {
     pub cpu_secs: f64,
     /// CPU time per delivery (pushed or pulled), all measured processes together.
     pub cpu_us_per_delivery: f64,
+    /// The same with the stores' CPU added, when their pids were given.
+    pub with_stores_cpu_us_per_delivery: Option<f64>,
     pub rss_bytes: u64,
     /// Growth of resident memory per connection while the run's devices were connected.
     pub rss_bytes_per_connection: f64,
@@ -91,14 +93,18 @@ impl Server {
         deliveries: u64,
     ) -> Self {
         let cpu = after.cpu.saturating_sub(busy.cpu);
+        let stores = (after.stores_cpu)
+            .zip(busy.stores_cpu)
+            .map(|(after, busy)| after.saturating_sub(busy));
+        let per_delivery = |cpu: Duration| match deliveries {
+            0 => 0.0,
+            n => cpu.as_secs_f64() * 1e6 / n as f64,
+        };
         let per_connection = |a: u64, b: u64| (b as f64 - a as f64) / connections.max(1) as f64;
         Self {
             cpu_secs: cpu.as_secs_f64(),
-            cpu_us_per_delivery: if deliveries == 0 {
-                0.0
-            } else {
-                cpu.as_secs_f64() * 1e6 / deliveries as f64
-            },
+            cpu_us_per_delivery: per_delivery(cpu),
+            with_stores_cpu_us_per_delivery: stores.map(|stores| per_delivery(cpu + stores)),
             rss_bytes: after.rss_bytes,
             rss_bytes_per_connection: per_connection(idle.rss_bytes, busy.rss_bytes),
             kernel_bytes_per_connection: per_connection(idle.kernel_bytes, busy.kernel_bytes),
@@ -199,8 +205,13 @@ impl Report {
             rows.push((
                 "server CPU",
                 format!(
-                    "{:.3} s, {:.2} µs per delivery",
-                    s.cpu_secs, s.cpu_us_per_delivery
+                    "{:.3} s, {:.2} µs per delivery{}",
+                    s.cpu_secs,
+                    s.cpu_us_per_delivery,
+                    match s.with_stores_cpu_us_per_delivery {
+                        Some(all) => format!("; {all:.2} µs with the stores"),
+                        None => String::new(),
+                    }
                 ),
             ));
             rows.push((

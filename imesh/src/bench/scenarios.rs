@@ -320,7 +320,7 @@ fn sample(run: &Run) -> Option<Sample> {
     if run.spec.pids.is_empty() {
         None
     } else {
-        procstat::sample(&run.spec.pids)
+        procstat::sample(&run.spec.pids, &run.spec.store_pids)
     }
 }
 

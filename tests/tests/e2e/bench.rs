@@ -16,6 +16,7 @@ fn spec(env: &TestCluster, gateway: String, scenario: Scenario) -> Spec {
         group: env.cluster.addrs.group.to_string(),
         secret: INTERNAL_SECRET.into(),
         pids: vec![std::process::id()],
+        store_pids: Vec::new(),
         max_secs: 60,
         json: None,
         connect_concurrency: 8,
@@ -91,11 +92,18 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     assert!(report.latency.count > 0 && report.latency.p99_us >= report.latency.p50_us);
     assert_eq!(report.transport, "WebSocket");
     let tcp = format!("tcp://{}", env.cluster.addrs.gateway_tcp);
-    let report = imesh::bench::run(spec(&env, tcp.clone(), direct(false)), false)
-        .await
-        .unwrap();
+    // This process as a store too: its CPU is counted again, "with the stores".
+    let mut with_store = spec(&env, tcp.clone(), direct(false));
+    with_store.store_pids = vec![std::process::id()];
+    let report = imesh::bench::run(with_store, false).await.unwrap();
     assert_exact(&report);
     assert!(report.warmup.is_none());
+    let server = report.server.as_ref().unwrap();
+    assert!(
+        server.with_stores_cpu_us_per_delivery >= Some(server.cpu_us_per_delivery),
+        "{}",
+        report.table()
+    );
     assert_eq!(report.transport, "TCP");
     // Pipelined: 4 sends in flight per sender, still each once and in order.
     let pipelined = Scenario::Direct {
