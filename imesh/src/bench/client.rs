@@ -168,6 +168,12 @@ impl Client {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
+        // A connection ends by being marked closed, then forgetting its waiters: a waiter
+        // put in after that would wait for nothing.
+        if self.closed.is_cancelled() {
+            self.pending.lock().remove(&id);
+            bail!("the connection is closed");
+        }
         self.write(id, body).await?;
         let pending = self.pending.clone();
         Ok(async move {

@@ -163,7 +163,21 @@ impl Device {
 
     /// Drops the connection, connects again and pulls what arrived meanwhile.
     pub async fn reconnect(&self, target: &Target) -> anyhow::Result<()> {
+        self.replace(None, target).await
+    }
+
+    /// Connects again, as a client does, when `lost` (closed by the server, or dropped) is
+    /// still the device's connection; when another task already replaced it, does nothing.
+    pub async fn renew(&self, lost: &Arc<Client>, target: &Target) -> anyhow::Result<()> {
+        self.replace(Some(lost), target).await
+    }
+
+    /// Replaces the connection (only while it is still `expected`, when given), then pulls.
+    async fn replace(&self, expected: Option<&Arc<Client>>, target: &Target) -> anyhow::Result<()> {
         let mut current = self.client.write().await;
+        if expected.is_some_and(|expected| !Arc::ptr_eq(expected, &current)) {
+            return Ok(());
+        }
         current.close();
         let fresh = Client::connect(
             target,

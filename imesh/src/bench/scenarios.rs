@@ -168,9 +168,10 @@ async fn start_send<'a>(
                 }
                 Ok(In::Error(e)) => anyhow::bail!("send refused: {} ({})", e.message, e.field),
                 Ok(other) => anyhow::bail!("unexpected reply to send: {other:?}"),
-                // The connection went away (a reconnect is under way): try again on the next.
+                // The connection went away (the server closed it, or a reconnect is under
+                // way): try again on the next, connecting it unless another task did.
                 Err(_) if run.left() > Duration::ZERO && client.closed.is_cancelled() => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    plan.from.renew(&client, &run.target).await?;
                 }
                 Err(e) => return Err(e),
             }
@@ -288,7 +289,10 @@ async fn settle(
     report: &mut Report,
 ) -> anyhow::Result<()> {
     for (device, expected) in devices.iter().zip(expected) {
-        if device.tally.received() < *expected {
+        let client = device.client().await;
+        if client.closed.is_cancelled() {
+            device.renew(&client, &run.target).await?;
+        } else if device.tally.received() < *expected {
             device.catch_up().await?;
         }
     }
