@@ -99,6 +99,10 @@ pub(super) fn marks(
         edits,
     } = marks::plan(events);
     starts.retain(|(user, conversation), _| !known.contains(*user, conversation));
+    let created: Vec<(i64, String)> = starts.keys().map(|(u, c)| (*u, (*c).to_owned())).collect();
+    // A read state started and raised by one batch (a sender's first message to a
+    // conversation): a raise of the read seq to the start or past it is the start too.
+    starts.retain(|key, start| raised.get(key).is_none_or(|(read, _)| read < start));
     // A start and a raise of one read state, or a recall or an edit of a conversation
     // whose state the upsert below writes, must run in this order.
     let disjoint = recalls.is_empty()
@@ -151,7 +155,6 @@ pub(super) fn marks(
         );
         statements.push(stmt);
     }
-    let created: Vec<(i64, String)> = starts.keys().map(|(u, c)| (*u, (*c).to_owned())).collect();
     let columns = ["user_id", "conversation_id", "read_seq", "mention_seq"];
     let key = ["user_id", "conversation_id"];
     let rows: Vec<Vec<sea_orm::Value>> = starts
@@ -513,4 +516,62 @@ pub(super) async fn unread_totals(
         *totals.entry(user).or_default() += latest - std::cmp::max(read, removed);
     }
     Ok(totals)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::domain::{Change, Mark};
+
+    fn direct(seq: i64, sender: i64, peer: i64) -> StoredEvent {
+        StoredEvent {
+            id: seq,
+            event_id: format!("m{seq}"),
+            payload: Bytes::from_static(b"event"),
+            recipients: vec![sender, peer],
+            mark: Some(Mark {
+                conversation_id: "d:1:2".into(),
+                seq,
+                change: Change::Message {
+                    sender,
+                    time_ms: seq,
+                    mentioned: Vec::new(),
+                    mention_all: false,
+                    receipt_bound: 0,
+                },
+            }),
+            hook: None,
+        }
+    }
+
+    #[test]
+    fn a_senders_first_message_starts_its_read_state_with_the_raise() {
+        let events = [direct(1, 1, 2), direct(2, 2, 1)];
+        let marks = marks(DatabaseBackend::Postgres, &events, &KnownStates::default());
+        // Each user sent one and heard one: the raises start both read states.
+        assert!(marks.disjoint, "no read state is both started and raised");
+        let mut created = marks.created.clone();
+        created.sort();
+        assert_eq!(created, [(1, "d:1:2".into()), (2, "d:1:2".into())]);
+        // The conversation's state and one upsert of the raised read states.
+        assert_eq!(marks.statements.len(), 2);
+    }
+
+    #[test]
+    fn a_mention_of_a_new_member_starts_then_raises_in_order() {
+        let mut event = direct(5, 1, 2);
+        if let Some(Mark {
+            change: Change::Message { mentioned, .. },
+            ..
+        }) = &mut event.mark
+        {
+            mentioned.push(2);
+        }
+        let marks = marks(DatabaseBackend::Postgres, &[event], &KnownStates::default());
+        // 2's read state starts at 4 and only its mention seq rises: the start must come
+        // first, or the raise would insert it at read seq 0.
+        assert!(!marks.disjoint);
+    }
 }
