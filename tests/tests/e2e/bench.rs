@@ -28,6 +28,17 @@ fn ws(env: &TestCluster) -> String {
     format!("ws://{}/ws", env.cluster.addrs.gateway)
 }
 
+/// `direct` as fast as replies come, `window` sends in flight per sender.
+fn direct(pairs: usize, messages: usize, window: usize, warmup: bool) -> Scenario {
+    Scenario::Direct {
+        pairs,
+        messages,
+        rate: 0,
+        window,
+        warmup,
+    }
+}
+
 /// Every expected delivery came once and in order, and no connection was closed.
 fn assert_exact(report: &Report) {
     assert_delivered(report);
@@ -81,14 +92,7 @@ async fn limited(user_per_sec: u32, adjust: impl FnOnce(&mut ClusterSpec)) -> Te
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     let env = unlimited().await;
-    let direct = |warmup| Scenario::Direct {
-        pairs: 3,
-        messages: 5,
-        rate: 0,
-        window: 1,
-        warmup,
-    };
-    let report = imesh::bench::run(spec(&env, ws(&env), direct(true)), false)
+    let report = imesh::bench::run(spec(&env, ws(&env), direct(3, 5, 1, true)), false)
         .await
         .unwrap();
     assert_exact(&report);
@@ -99,7 +103,7 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     assert_eq!(report.transport, "WebSocket");
     let tcp = format!("tcp://{}", env.cluster.addrs.gateway_tcp);
     // This process as a store too: its CPU is counted again, "with the stores".
-    let mut with_store = spec(&env, tcp.clone(), direct(false));
+    let mut with_store = spec(&env, tcp.clone(), direct(3, 5, 1, false));
     with_store.store_pids = vec![std::process::id()];
     let report = imesh::bench::run(with_store, false).await.unwrap();
     assert_exact(&report);
@@ -112,13 +116,7 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     );
     assert_eq!(report.transport, "TCP");
     // Pipelined: 4 sends in flight per sender, still each once and in order.
-    let pipelined = Scenario::Direct {
-        pairs: 3,
-        messages: 12,
-        rate: 0,
-        window: 4,
-        warmup: false,
-    };
+    let pipelined = direct(3, 12, 4, false);
     let report = imesh::bench::run(spec(&env, tcp, pipelined), false)
         .await
         .unwrap();
@@ -225,13 +223,7 @@ async fn idle_connections_are_held_and_measured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn senders_wait_out_rate_limits_and_lose_nothing() {
     let env = limited(10, |_| {}).await;
-    let direct = Scenario::Direct {
-        pairs: 1,
-        messages: 25,
-        rate: 0,
-        window: 1,
-        warmup: false,
-    };
+    let direct = direct(1, 25, 1, false);
     let report = imesh::bench::run(spec(&env, ws(&env), direct), false)
         .await
         .unwrap();
@@ -245,13 +237,7 @@ async fn devices_the_server_closes_connect_again_and_lose_nothing() {
     // second or when 64 entries wait, so their peers' sends get them closed again and again.
     // A sender connects again and sends on; a device that only hears catches up at the end.
     let env = limited(0, |spec| spec.gateway.unacked_window = 4).await;
-    let direct = Scenario::Direct {
-        pairs: 2,
-        messages: 30,
-        rate: 0,
-        window: 1,
-        warmup: false,
-    };
+    let direct = direct(2, 30, 1, false);
     let report = imesh::bench::run(spec(&env, ws(&env), direct), false)
         .await
         .unwrap();
@@ -293,13 +279,7 @@ async fn direct_over_tcp_with_tls_delivers_each_message_once() {
     })
     .await;
     let port = env.cluster.addrs.gateway_tcp.port();
-    let direct = Scenario::Direct {
-        pairs: 2,
-        messages: 5,
-        rate: 0,
-        window: 2,
-        warmup: true,
-    };
+    let direct = direct(2, 5, 2, true);
     let mut tls = spec(&env, format!("tls://localhost:{port}"), direct);
     tls.ca = Some(cert);
     let report = imesh::bench::run(tls, false).await.unwrap();
