@@ -17,6 +17,7 @@ use imesh_protos::{
     sync::{MarkReadRequest, ReadMark},
 };
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::{
     Device, Run, Scenario,
@@ -231,7 +232,7 @@ async fn send_all(
 }
 
 /// Acks each device's cursor every [`ACK_EVERY`] until `stop`, as real clients do.
-fn ack_cursors(devices: Vec<Arc<Device>>, stop: tokio_util::sync::CancellationToken) {
+fn ack_cursors(devices: Vec<Arc<Device>>, stop: CancellationToken) {
     tokio::spawn(async move {
         let mut acked = vec![0i64; devices.len()];
         while !stop.is_cancelled() {
@@ -252,6 +253,28 @@ fn ack_cursors(devices: Vec<Arc<Device>>, stop: tokio_util::sync::CancellationTo
             }
         }
     });
+}
+
+/// Connects each device again whenever its connection ends (the server closed it), until
+/// `stop`, as a client does: it pulls what it missed and hears the rest by push.
+fn keep_connected(run: &Run, devices: &[Arc<Device>], stop: &CancellationToken) {
+    for device in devices {
+        let (device, target, stop) = (device.clone(), run.target.clone(), stop.clone());
+        tokio::spawn(async move {
+            loop {
+                let client = device.client().await;
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = client.closed.cancelled() => {}
+                }
+                // A refused or failed connection is tried again; a server that stays away
+                // shows in the run's own errors and counts.
+                if device.renew(&client, &target).await.is_err() {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        });
+    }
 }
 
 /// Waits until `devices` hold `expected` deliveries, progress stalls for [`DRAIN`] after
@@ -338,8 +361,9 @@ async fn drive(
     idle: Option<Sample>,
     chaos: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 ) -> anyhow::Result<(Report, Vec<Vec<(i64, Instant)>>)> {
-    let stop_acks = tokio_util::sync::CancellationToken::new();
+    let stop_acks = CancellationToken::new();
     ack_cursors(devices.to_vec(), stop_acks.clone());
+    keep_connected(run, devices, &stop_acks);
     let busy = sample(run);
     let sends = Sends::default();
     let sent = AtomicBool::new(false);

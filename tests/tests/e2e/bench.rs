@@ -235,7 +235,8 @@ async fn senders_wait_out_rate_limits_and_lose_nothing() {
 async fn devices_the_server_closes_connect_again_and_lose_nothing() {
     // Past 4 unacked pushes the gateway closes a connection; the bench's devices ack once a
     // second or when 64 entries wait, so their peers' sends get them closed again and again.
-    // A sender connects again and sends on; a device that only hears catches up at the end.
+    // Each connects again at once, as a client does: a sender sends on, and a member who
+    // only hears goes on hearing by push.
     let env = limited(0, |spec| spec.gateway.unacked_window = 4).await;
     let direct = direct(2, 30, 1, false);
     let report = imesh::bench::run(spec(&env, ws(&env), direct), false)
@@ -243,6 +244,22 @@ async fn devices_the_server_closes_connect_again_and_lose_nothing() {
         .unwrap();
     assert_delivered(&report);
     assert!(report.closed_by_server > 0, "{}", report.table());
+    let group = Scenario::Group {
+        size: 3,
+        groups: 1,
+        senders: 1,
+        messages: 30,
+        rate: 0,
+        window: 1,
+    };
+    let report = imesh::bench::run(spec(&env, ws(&env), group), false)
+        .await
+        .unwrap();
+    assert_delivered(&report);
+    assert!(report.closed_by_server > 0, "{}", report.table());
+    // Past the first window each of the two hearers was closed; only connecting again
+    // brings it more pushes.
+    assert!(report.pushed > 2 * 4, "{}", report.table());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
