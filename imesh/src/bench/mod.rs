@@ -269,6 +269,11 @@ impl Run {
 /// Runs `spec`'s scenario to its end and reports it. `progress` shows a bar on stderr.
 pub async fn run(spec: Spec, progress: bool) -> anyhow::Result<Report> {
     let target = Target::parse(&spec.gateway, spec.ca.as_deref())?;
+    for (flag, pids) in [("--pid", &spec.pids), ("--store-pid", &spec.store_pids)] {
+        if let Some(pid) = pids.iter().find(|pid| !procstat::running(**pid)) {
+            anyhow::bail!("{flag} {pid}: no such process on this machine to measure");
+        }
+    }
     let bar = if progress {
         indicatif::ProgressBar::new(0).with_style(
             indicatif::ProgressStyle::with_template("{spinner} {msg:<12} {wide_bar} {pos}/{len}")

@@ -36,6 +36,11 @@ pub(super) fn sample(pids: &[u32], stores: &[u32]) -> Option<Sample> {
     Some(out)
 }
 
+/// Whether /proc shows process `pid`.
+pub(super) fn running(pid: u32) -> bool {
+    Stat::of(pid).is_some()
+}
+
 /// The CPU fields of `/proc/<pid>/stat`, in clock ticks.
 struct Stat {
     parent: u32,

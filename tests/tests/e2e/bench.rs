@@ -321,6 +321,14 @@ async fn a_bad_gateway_address_or_group_size_is_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("--gateway") && e.contains("ws://"), "{e}");
+    // Past Linux's largest pid: no such process.
+    let mut no_store = spec(&env, ws(&env), direct(1, 1, 1, false));
+    no_store.store_pids = vec![4_194_305];
+    let e = imesh::bench::run(no_store, false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--store-pid 4194305"), "{e}");
     let one_member = Scenario::Group {
         size: 1,
         groups: 1,
