@@ -700,3 +700,30 @@ async fn an_append_behind_another_replicas_numbers_again_after_it() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_batch_past_a_statements_parameter_limit_is_stored_whole() {
+    // Three group messages of 10,000 first-time members each: a head, an entry and a read
+    // state per member, more values than one statement may bind on any backend.
+    let members = |group: i64| -> Vec<i64> { (1..=10_000).map(|m| group * 100_000 + m).collect() };
+    for (backend, store) in stores().await {
+        let events: Vec<StoredEvent> = (1..=3)
+            .map(|g| message(g, &format!("g:{g}"), 1, g * 100_000 + 1, &members(g)))
+            .collect();
+        let seqs = store.append(&events).await.unwrap();
+        assert!(
+            seqs.iter()
+                .all(|s| s.len() == 10_000 && s.iter().all(|seq| *seq == 1)),
+            "{backend:?}"
+        );
+        let last = members(3)[9_999];
+        let entries = store.entries(last, 0, 10).await.unwrap();
+        assert_eq!(entries.len(), 1, "{backend:?}");
+        let views = store.conversations(last, None, 10).await.unwrap();
+        assert_eq!(
+            summary(&views),
+            vec![("g:3".into(), 1, 0, false)],
+            "{backend:?}"
+        );
+    }
+}
