@@ -75,12 +75,15 @@ fn write_batch(batch: &[Append], conversations: &BTreeMap<&str, Seqs>) -> Statem
          SELECT r.id, r.max_seq, r.updated_at_ms FROM {} ORDER BY r.id \
          ON CONFLICT (id) DO UPDATE SET max_seq = GREATEST(c.max_seq, excluded.max_seq), \
          updated_at_ms = GREATEST(c.updated_at_ms, excluded.updated_at_ms) \
-         WHERE c.max_seq < (${oldest_at}::jsonb ->> excluded.id)::bigint \
+         WHERE c.max_seq < (${oldest_at} ->> excluded.id)::bigint \
          RETURNING c.id",
         rows.table("r"),
     );
     let mut values = rows.into_values();
-    values.push(serde_json::Value::Object(oldest).to_string().into());
+    // Bound as jsonb, not text: a text parameter cast in the conflict's condition is
+    // parsed again for every conflicting row once PostgreSQL plans the statement
+    // generically, which made a batch's cost grow with the square of its conversations.
+    values.push(serde_json::Value::Object(oldest).into());
     let with = With::new().numbered("raised", &raise, values);
     let raised = "WHERE r.conversation_id IN (SELECT id FROM raised)";
     let messages = messages(batch, with.parameters());
