@@ -99,10 +99,6 @@ pub struct Service {
 /// The snowflake nodes sync-svc processes lease from.
 const NODE_IDS: NodeBlock = 768..=1023;
 
-/// Appends' live deliveries that may wait for notify-svc before appends wait too
-/// (`domain::Queued`).
-const LIVE_QUEUE: usize = 64;
-
 impl Service {
     /// Connects the stores, brings the schema up to date and wires the domain.
     /// `node_id` fixes the snowflake node; `None` leases one.
@@ -125,16 +121,10 @@ impl Service {
         };
         let caller = Caller::new(&auth.internal_secret)?;
         let peers = grpc::Peers::new(&config.grpc)?;
-        let notifier = domain::Queued::spawn(
-            Arc::new(peers::NotifyNotifier::new(
-                peers.channel(&config.notify_addr)?,
-                caller.clone(),
-            )),
-            LIVE_QUEUE,
-        );
+        let notifier =
+            peers::NotifyNotifier::new(peers.channel(&config.notify_addr)?, caller.clone());
         let members = peers::GroupMemberships::new(peers.channel(&config.group_addr)?, caller);
         let mut registry = imesh_kit::metrics::registry("sync-svc");
-        notifier.register(&mut registry);
         let webhooks = match Hook::new("webhooks", &config.webhooks, Signing::Required)? {
             Some(hook) => Some(
                 Relay::new(

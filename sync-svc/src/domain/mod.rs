@@ -11,14 +11,12 @@ use bytes::Bytes;
 use imesh_kit::{error::StoreError, ids::Snowflake, metrics::Registry};
 use prometheus_client::metrics::histogram::Histogram;
 
-mod live;
 pub mod marks;
 pub mod ports;
 mod push;
 mod reads;
 mod receipts;
 
-pub use live::Queued;
 pub use ports::{InboxStore, Memberships, Notifier, ReceiptBits, StoredEvent};
 
 pub use push::{MAX_OFFLINE_TARGETS, OfflineDecision, Preview, PushSettings};
@@ -78,11 +76,6 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
 }
 
 pub const MAX_RECIPIENTS: usize = 10_000;
-
-/// Recipients of one event from which its append waits for the push (see
-/// `Inboxes::notify`): a group's fanout, not a direct message's.
-const WAITED_FANOUT: usize = 32;
-
 pub const DEFAULT_PULL: u32 = 100;
 pub const MAX_PULL: u32 = 500;
 
@@ -161,7 +154,7 @@ impl Inboxes {
 
     /// Appends each event to its recipients' inboxes once, however often it is replayed,
     /// then hands the new entries to the notifier (best effort: devices that miss a push
-    /// catch up by pulling; a [`Queued`] notifier pushes them after the append returns).
+    /// catch up by pulling).
     pub async fn append(&self, events: Vec<IncomingEvent>) -> Result<Appended, Error> {
         for event in &events {
             if event.event_id.is_empty() || event.event_id.len() > 191 {
@@ -275,12 +268,7 @@ impl Inboxes {
         Ok((self.store.append(stored).await?, passed))
     }
 
-    /// Pushes each event's entries (`seqs`: by event and recipient) to their users. When an
-    /// event reaches [`WAITED_FANOUT`] recipients or more, the append waits for the push:
-    /// a group's members recur in every one of its messages, so the next append that
-    /// gathers more of them writes each member's inbox pages once for all of them, and a
-    /// busy relay's batches grow while it waits. A direct append's recipients rarely recur,
-    /// and it returns as soon as its entries are stored.
+    /// Pushes each event's entries (`seqs`: by event and recipient) to their users.
     async fn notify(&self, stored: &[StoredEvent], seqs: &[Vec<i64>]) {
         let mut per_user: std::collections::HashMap<i64, Vec<Entry>> =
             std::collections::HashMap::new();
@@ -295,13 +283,7 @@ impl Inboxes {
         if per_user.is_empty() {
             return;
         }
-        let deliveries = per_user.into_iter().collect();
-        let delivered = if stored.iter().any(|e| e.recipients.len() >= WAITED_FANOUT) {
-            self.notifier.deliver_and_wait(deliveries).await
-        } else {
-            self.notifier.deliver(deliveries).await
-        };
-        if let Err(e) = delivered {
+        if let Err(e) = self.notifier.deliver(per_user.into_iter().collect()).await {
             tracing::warn!(error = %format!("{e:#}"), "live delivery failed; devices will catch up by pulling");
         }
     }
