@@ -66,6 +66,11 @@ pub struct Spec {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also write each of the run's pushed deliveries to this file, in the order they were
+    /// sent: `<sent> <send → push>` in µs, sent counted from the run's start (the first
+    /// line gives it in Unix µs). To see when in a run the slow ones were sent.
+    #[arg(long)]
+    pub latencies: Option<PathBuf>,
     /// Devices connecting at once.
     #[arg(long, default_value_t = 64)]
     pub connect_concurrency: usize,
@@ -238,7 +243,8 @@ impl Run {
             .into_iter()
             .enumerate()
             .map(|(i, user)| {
-                let tally = Tally::new(user.id, self.anchor, &self.id, arrivals(i));
+                let keep = self.spec.latencies.is_some();
+                let tally = Tally::new(user.id, self.anchor, &self.id, keep, arrivals(i));
                 (user, Arc::new(tally))
             })
             .collect();

@@ -320,8 +320,10 @@ async fn settle(
         }
     }
     let mut latency = tally::histogram();
+    let mut samples = Vec::new();
     for (device, expected) in devices.iter().zip(expected) {
-        let counts = device.tally.counts();
+        let mut counts = device.tally.counts();
+        samples.append(&mut counts.samples);
         report.pushed += counts.pushed;
         report.pulled += counts.pulled;
         report.duplicated += counts.duplicates;
@@ -335,11 +337,37 @@ async fn settle(
     report.expected = expected.iter().sum();
     report.connections = devices.len();
     report.latency = Latency::of(&latency);
+    if let Some(path) = &run.spec.latencies {
+        write_samples(path, run.anchor, samples)?;
+    }
     report.transport = match run.target {
         super::client::Target::Ws(_) => "WebSocket".into(),
         super::client::Target::Tcp(_) => "TCP".into(),
         super::client::Target::Tls(..) => "TCP over TLS".into(),
     };
+    Ok(())
+}
+
+/// `samples` (sent, send → push) in µs, in the order they were sent, after a line giving
+/// the run's start (what `sent` counts from) in Unix µs.
+fn write_samples(
+    path: &std::path::Path,
+    anchor: Instant,
+    mut samples: Vec<(u64, u64)>,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    samples.sort_unstable();
+    let started = std::time::SystemTime::now() - anchor.elapsed();
+    let started_us = started.duration_since(std::time::UNIX_EPOCH)?.as_micros();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(
+        out,
+        "# run started at {started_us} (Unix µs); then <sent µs> <send → push µs>"
+    )?;
+    for (sent, took) in samples {
+        writeln!(out, "{sent} {took}")?;
+    }
+    out.flush()?;
     Ok(())
 }
 

@@ -68,6 +68,8 @@ struct Log {
     warmed: u64,
     warmup_latency: Option<Histogram<u64>>,
     closed_by_server: Option<String>,
+    /// Each pushed delivery's (sent, send → push) in µs, when the run keeps them.
+    samples: Option<Vec<(u64, u64)>>,
 }
 
 /// A device's counts at the end of a run.
@@ -79,6 +81,8 @@ pub struct Counts {
     pub reordered: u64,
     pub latency: Histogram<u64>,
     pub closed_by_server: Option<String>,
+    /// (sent, send → push) in µs of each pushed delivery, if kept (`--latencies`).
+    pub samples: Vec<(u64, u64)>,
 }
 
 impl Tally {
@@ -86,14 +90,19 @@ impl Tally {
         user_id: i64,
         anchor: Instant,
         run: &str,
+        keep_samples: bool,
         arrivals: Option<mpsc::UnboundedSender<Arrival>>,
     ) -> Self {
+        let log = Log {
+            samples: keep_samples.then(Vec::new),
+            ..Log::default()
+        };
         Self {
             user_id,
             anchor,
             run: run.to_owned(),
             warmup: warmup_id(run),
-            log: Mutex::new(Log::default()),
+            log: Mutex::new(log),
             arrivals,
         }
     }
@@ -166,6 +175,7 @@ impl Tally {
             reordered: log.reordered,
             latency: log.latency.take().unwrap_or_else(histogram),
             closed_by_server: log.closed_by_server.clone(),
+            samples: log.samples.take().unwrap_or_default(),
         }
     }
 
@@ -207,8 +217,12 @@ impl Tally {
                         *last = (*last).max(m.seq);
                         log.reordered += u64::from(out_of_order);
                         if let Some(sent_us) = sent_at(&m.content) {
+                            let took = now_us.saturating_sub(sent_us).max(1);
                             let latency = log.latency.get_or_insert_with(histogram);
-                            latency.saturating_record(now_us.saturating_sub(sent_us).max(1));
+                            latency.saturating_record(took);
+                            if let Some(samples) = &mut log.samples {
+                                samples.push((sent_us, took));
+                            }
                         }
                     }
                     Arrival::Message {

@@ -19,6 +19,7 @@ fn spec(env: &TestCluster, gateway: String, scenario: Scenario) -> Spec {
         store_pids: Vec::new(),
         max_secs: 60,
         json: None,
+        latencies: None,
         connect_concurrency: 8,
         scenario,
     }
@@ -105,9 +106,27 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     // This process as a store too: its CPU is counted again, "with the stores".
     let mut with_store = spec(&env, tcp.clone(), direct(3, 5, 1, false));
     with_store.store_pids = vec![std::process::id()];
+    // And each delivery's latency written out, in the order sent.
+    let samples = std::env::temp_dir().join(format!("imesh-latencies-{}", std::process::id()));
+    with_store.latencies = Some(samples.clone());
     let report = imesh::bench::run(with_store, false).await.unwrap();
     assert_exact(&report);
     assert!(report.warmup.is_none());
+    let written = std::fs::read_to_string(&samples).unwrap();
+    std::fs::remove_file(&samples).unwrap();
+    let mut lines = written.lines();
+    assert!(lines.next().unwrap().starts_with("# run started at "));
+    let rows: Vec<(u64, u64)> = lines
+        .map(|l| {
+            let (sent, took) = l.split_once(' ').unwrap();
+            (sent.parse().unwrap(), took.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(rows.len() as u64, report.latency.count, "{written}");
+    assert!(
+        rows.is_sorted() && rows.iter().all(|(_, took)| *took >= 1),
+        "{written}"
+    );
     let server = report.server.as_ref().unwrap();
     assert!(
         server.with_stores_cpu_us_per_delivery >= Some(server.cpu_us_per_delivery),
