@@ -194,9 +194,9 @@ impl Tally {
                     if m.sender_id != self.user_id && m.client_msg_id.starts_with(&self.warmup) =>
                 {
                     log.warmed += 1;
-                    if let Some(sent_us) = sent_at(&m.content) {
+                    if let Some((_, took)) = send_to_push(&m.content, now_us) {
                         let latency = log.warmup_latency.get_or_insert_with(histogram);
-                        latency.saturating_record(now_us.saturating_sub(sent_us).max(1));
+                        latency.saturating_record(took);
                     }
                     return;
                 }
@@ -216,8 +216,7 @@ impl Tally {
                         let out_of_order = m.seq <= *last;
                         *last = (*last).max(m.seq);
                         log.reordered += u64::from(out_of_order);
-                        if let Some(sent_us) = sent_at(&m.content) {
-                            let took = now_us.saturating_sub(sent_us).max(1);
+                        if let Some((sent_us, took)) = send_to_push(&m.content, now_us) {
                             let latency = log.latency.get_or_insert_with(histogram);
                             latency.saturating_record(took);
                             if let Some(samples) = &mut log.samples {
@@ -246,9 +245,15 @@ pub fn warmup_id(run: &str) -> String {
     format!("w{run}")
 }
 
-fn sent_at(content: &Option<imesh_protos::message::Content>) -> Option<u64> {
-    match content.as_ref()?.kind.as_ref()? {
-        Kind::Text(text) => text.text.strip_prefix("t:")?.parse().ok(),
-        _ => None,
-    }
+/// When a bench message arriving at `now_us` was sent (its text, `t:<µs>`), and how long
+/// it took (at least 1 µs, a histogram's smallest value).
+fn send_to_push(
+    content: &Option<imesh_protos::message::Content>,
+    now_us: u64,
+) -> Option<(u64, u64)> {
+    let Kind::Text(text) = content.as_ref()?.kind.as_ref()? else {
+        return None;
+    };
+    let sent_us: u64 = text.text.strip_prefix("t:")?.parse().ok()?;
+    Some((sent_us, now_us.saturating_sub(sent_us).max(1)))
 }

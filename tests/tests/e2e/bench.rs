@@ -40,6 +40,19 @@ fn direct(pairs: usize, messages: usize, window: usize, warmup: bool) -> Scenari
     }
 }
 
+/// `group` as fast as replies come: `groups` groups of `size`, `senders` each sending
+/// `messages` with `window` in flight.
+fn group(size: usize, groups: usize, senders: usize, messages: usize, window: usize) -> Scenario {
+    Scenario::Group {
+        size,
+        groups,
+        senders,
+        messages,
+        rate: 0,
+        window,
+    }
+}
+
 /// Every expected delivery came once and in order, and no connection was closed.
 fn assert_exact(report: &Report) {
     assert_delivered(report);
@@ -146,14 +159,7 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_receipts_and_reconnect_deliver_each_message_once() {
     let env = unlimited().await;
-    let group = Scenario::Group {
-        size: 12,
-        groups: 2,
-        senders: 2,
-        messages: 3,
-        rate: 0,
-        window: 1,
-    };
+    let group = group(12, 2, 2, 3, 1);
     let report = imesh::bench::run(spec(&env, ws(&env), group), false)
         .await
         .unwrap();
@@ -263,14 +269,7 @@ async fn devices_the_server_closes_connect_again_and_lose_nothing() {
         .unwrap();
     assert_delivered(&report);
     assert!(report.closed_by_server > 0, "{}", report.table());
-    let group = Scenario::Group {
-        size: 3,
-        groups: 1,
-        senders: 1,
-        messages: 30,
-        rate: 0,
-        window: 1,
-    };
+    let group = group(3, 1, 1, 30, 1);
     let report = imesh::bench::run(spec(&env, ws(&env), group), false)
         .await
         .unwrap();
@@ -286,14 +285,7 @@ async fn members_ack_as_pushes_pile_up_and_keep_their_connections() {
     let env = limited(0, |spec| spec.gateway.unacked_window = 100).await;
     // Each member hears 2 × 150 messages, far more than the window, well within the
     // periodic ack's second; senders keep 4 sends in flight.
-    let group = Scenario::Group {
-        size: 3,
-        groups: 1,
-        senders: 3,
-        messages: 150,
-        rate: 0,
-        window: 4,
-    };
+    let group = group(3, 1, 3, 150, 4);
     let report = imesh::bench::run(spec(&env, ws(&env), group), false)
         .await
         .unwrap();
@@ -348,14 +340,7 @@ async fn a_bad_gateway_address_or_group_size_is_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("--store-pid 4194305"), "{e}");
-    let one_member = Scenario::Group {
-        size: 1,
-        groups: 1,
-        senders: 1,
-        messages: 1,
-        rate: 0,
-        window: 1,
-    };
+    let one_member = group(1, 1, 1, 1, 1);
     let e = imesh::bench::run(spec(&env, ws(&env), one_member), false)
         .await
         .unwrap_err()
