@@ -29,6 +29,13 @@ fn ws(env: &TestCluster) -> String {
     format!("ws://{}/ws", env.cluster.addrs.gateway)
 }
 
+/// Runs `scenario` against `env`'s gateway over WebSocket; the run must succeed.
+async fn over_ws(env: &TestCluster, scenario: Scenario) -> Report {
+    imesh::bench::run(spec(env, ws(env), scenario), false)
+        .await
+        .unwrap()
+}
+
 /// `direct` as fast as replies come, `window` sends in flight per sender.
 fn direct(pairs: usize, messages: usize, window: usize, warmup: bool) -> Scenario {
     Scenario::Direct {
@@ -106,9 +113,7 @@ async fn limited(user_per_sec: u32, adjust: impl FnOnce(&mut ClusterSpec)) -> Te
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     let env = unlimited().await;
-    let report = imesh::bench::run(spec(&env, ws(&env), direct(3, 5, 1, true)), false)
-        .await
-        .unwrap();
+    let report = over_ws(&env, direct(3, 5, 1, true)).await;
     assert_exact(&report);
     // Each device's first message goes before the run and is not counted in it.
     assert_eq!((report.sends, report.expected), (30, 30));
@@ -160,9 +165,7 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
 async fn group_receipts_and_reconnect_deliver_each_message_once() {
     let env = unlimited().await;
     let group = group(12, 2, 2, 3, 1);
-    let report = imesh::bench::run(spec(&env, ws(&env), group), false)
-        .await
-        .unwrap();
+    let report = over_ws(&env, group).await;
     assert_exact(&report);
     // Two senders per group, each heard by the 11 others: 2 × 3 × 11 per group.
     assert_eq!(report.expected, 2 * 2 * 3 * 11);
@@ -171,9 +174,7 @@ async fn group_receipts_and_reconnect_deliver_each_message_once() {
         size: 6,
         messages: 3,
     };
-    let report = imesh::bench::run(spec(&env, ws(&env), receipts), false)
-        .await
-        .unwrap();
+    let report = over_ws(&env, receipts).await;
     assert_exact(&report);
     let counted = report.receipts.as_ref().unwrap();
     assert_eq!(
@@ -188,9 +189,7 @@ async fn group_receipts_and_reconnect_deliver_each_message_once() {
         pairs: 3,
         messages: 8,
     };
-    let report = imesh::bench::run(spec(&env, ws(&env), reconnect), false)
-        .await
-        .unwrap();
+    let report = over_ws(&env, reconnect).await;
     assert_exact(&report);
 }
 
@@ -203,9 +202,7 @@ async fn a_super_group_hints_every_online_member_and_times_its_queries() {
         messages: 5,
         rate: 0,
     };
-    let report = imesh::bench::run(spec(&env, ws(&env), super_group), false)
-        .await
-        .unwrap();
+    let report = over_ws(&env, super_group).await;
     assert_exact(&report);
     assert_eq!(
         (report.sends, report.expected),
@@ -249,9 +246,7 @@ async fn idle_connections_are_held_and_measured() {
 async fn senders_wait_out_rate_limits_and_lose_nothing() {
     let env = limited(10, |_| {}).await;
     let direct = direct(1, 25, 1, false);
-    let report = imesh::bench::run(spec(&env, ws(&env), direct), false)
-        .await
-        .unwrap();
+    let report = over_ws(&env, direct).await;
     assert_exact(&report);
     assert!(report.throttled > 0, "{}", report.table());
 }
@@ -264,15 +259,11 @@ async fn devices_the_server_closes_connect_again_and_lose_nothing() {
     // only hears goes on hearing by push.
     let env = limited(0, |spec| spec.gateway.unacked_window = 4).await;
     let direct = direct(2, 30, 1, false);
-    let report = imesh::bench::run(spec(&env, ws(&env), direct), false)
-        .await
-        .unwrap();
+    let report = over_ws(&env, direct).await;
     assert_delivered(&report);
     assert!(report.closed_by_server > 0, "{}", report.table());
     let group = group(3, 1, 1, 30, 1);
-    let report = imesh::bench::run(spec(&env, ws(&env), group), false)
-        .await
-        .unwrap();
+    let report = over_ws(&env, group).await;
     assert_delivered(&report);
     assert!(report.closed_by_server > 0, "{}", report.table());
     // Past the first window each of the two hearers was closed; only connecting again
@@ -286,9 +277,7 @@ async fn members_ack_as_pushes_pile_up_and_keep_their_connections() {
     // Each member hears 2 × 150 messages, far more than the window, well within the
     // periodic ack's second; senders keep 4 sends in flight.
     let group = group(3, 1, 3, 150, 4);
-    let report = imesh::bench::run(spec(&env, ws(&env), group), false)
-        .await
-        .unwrap();
+    let report = over_ws(&env, group).await;
     assert_exact(&report);
     assert_eq!(report.expected, 3 * 150 * 2);
 }
