@@ -280,6 +280,13 @@ pub async fn run(spec: Spec, progress: bool) -> anyhow::Result<Report> {
             anyhow::bail!("{flag} {pid}: no such process on this machine to measure");
         }
     }
+    // The files are written after the run: one that cannot be must not cost the run.
+    for (flag, path) in [("--json", &spec.json), ("--latencies", &spec.latencies)] {
+        if let Some(path) = path {
+            std::fs::File::create(path)
+                .map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))?;
+        }
+    }
     let bar = if progress {
         indicatif::ProgressBar::new(0).with_style(
             indicatif::ProgressStyle::with_template("{spinner} {msg:<12} {wide_bar} {pos}/{len}")

@@ -306,7 +306,7 @@ async fn direct_over_tcp_with_tls_delivers_each_message_once() {
 }
 
 #[tokio::test]
-async fn a_bad_gateway_address_or_group_size_is_refused_by_name() {
+async fn bad_options_are_refused_by_name_before_the_run() {
     let env = unlimited().await;
     let bad_gateway = spec(
         &env,
@@ -329,6 +329,22 @@ async fn a_bad_gateway_address_or_group_size_is_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("--store-pid 4194305"), "{e}");
+    // Files in a folder that is not there: refused before the run, not after it.
+    let nowhere = std::env::temp_dir()
+        .join("imesh-no-such-folder")
+        .join("out");
+    for flag in ["--json", "--latencies"] {
+        let mut unwritable = spec(&env, ws(&env), direct(1, 1, 1, false));
+        match flag {
+            "--json" => unwritable.json = Some(nowhere.clone()),
+            _ => unwritable.latencies = Some(nowhere.clone()),
+        }
+        let e = imesh::bench::run(unwritable, false)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("{flag} {}", nowhere.display())), "{e}");
+    }
     let one_member = group(1, 1, 1, 1, 1);
     let e = imesh::bench::run(spec(&env, ws(&env), one_member), false)
         .await
