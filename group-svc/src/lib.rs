@@ -113,7 +113,7 @@ pub fn wire(
     let relay = Relay::new(
         SqlOutbox::new(db.clone(), store::OUTBOX_TABLE).owned_by(partition),
         Arc::new(peers::notices::TimelineSink::new(
-            SyncSink::new(peers.channel(&config.sync_addr)?, caller.clone()),
+            SyncSink::new(peers.keyed(&config.sync_addr)?, caller.clone()),
             peers.keyed(&config.message_addr)?,
             caller,
             forgets.clone(),

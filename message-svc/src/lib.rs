@@ -214,7 +214,7 @@ impl Service {
         let caller = Caller::new(&auth.internal_secret)?;
         let peers = grpc::Peers::new(&config.grpc)?;
         let sink =
-            imesh_kit::outbox::SyncSink::new(peers.channel(&config.sync_addr)?, caller.clone());
+            imesh_kit::outbox::SyncSink::new(peers.keyed(&config.sync_addr)?, caller.clone());
         let mut registry = imesh_kit::metrics::registry("message-svc");
         seqs.register(&mut registry);
         let relay = Relay::new(

@@ -115,7 +115,7 @@ pub fn wire(
     let relay = Relay::new(
         SqlOutbox::new(db.clone(), store::OUTBOX_TABLE).owned_by(partition),
         Arc::new(SyncSink::new(
-            peers.channel(&config.sync_addr)?,
+            peers.keyed(&config.sync_addr)?,
             caller.clone(),
         )),
         config.outbox_batch,

@@ -1,25 +1,52 @@
 //! The sink every service's outbox relays to: rows whose payloads are encoded
 //! `imesh.sync.v1.Fanout`s, appended to their recipients' inboxes by sync-svc's `Append`
 //! (idempotent per event id, as [`Sink`] requires).
+//!
+//! Each event goes to the sync-svc replica that owns its conversation ([`Keyed`]), so one
+//! replica appends and pushes a conversation's events, in the order they were relayed,
+//! however many replicas run.
 
-use crate::grpc::{Channel, MAX_CALL_BYTES, runs_within};
-use imesh_protos::sync::{AppendRequest, Fanout, sync_service_client::SyncServiceClient};
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+
+use crate::grpc::{Keyed, MAX_CALL_BYTES, Replica, runs_within};
+use imesh_protos::sync::{
+    AppendRequest, Fanout, sync_event::Kind, sync_service_client::SyncServiceClient,
+};
 use prost::Message as _;
 
 use super::{OutboxRow, Sink};
 use crate::identity::{Actor, Caller};
 
 pub struct SyncSink {
-    client: SyncServiceClient<Channel>,
+    replicas: Keyed,
     caller: Caller,
 }
 
 impl SyncSink {
-    pub fn new(channel: Channel, caller: Caller) -> Self {
-        Self {
-            client: SyncServiceClient::new(channel),
-            caller,
+    pub fn new(replicas: Keyed, caller: Caller) -> Self {
+        Self { replicas, caller }
+    }
+
+    /// Appends `events` on one replica in calls of at most MAX_CALL_BYTES, one after
+    /// another (order kept): a batch of long messages to large groups would pass what
+    /// sync-svc decodes, fail whole, and be retried whole for ever. Append is idempotent,
+    /// so a retry after a partial failure is safe.
+    async fn append(&self, replica: Replica, events: Vec<Fanout>) -> anyhow::Result<()> {
+        let mut client = SyncServiceClient::new(replica.channel.clone());
+        for events in runs_within(events, MAX_CALL_BYTES) {
+            let request = self.caller.request(Actor::System, AppendRequest { events });
+            if let Err(status) = client.append(request).await {
+                // The relay tries again; the replica's keys go to the next one meanwhile.
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unavailable | tonic::Code::Unknown
+                ) {
+                    self.replicas.down(&replica);
+                }
+                return Err(status.into());
+            }
         }
+        Ok(())
     }
 }
 
@@ -36,14 +63,43 @@ impl Sink for SyncSink {
                 }
             }
         }
-        // In calls of at most MAX_CALL_BYTES, one after another (order kept): a batch of
-        // long messages to large groups would pass what sync-svc decodes, fail whole, and
-        // be retried whole for ever. Append is idempotent, so a retry after a partial
-        // failure is safe.
-        for events in runs_within(events, MAX_CALL_BYTES) {
-            let request = self.caller.request(Actor::System, AppendRequest { events });
-            self.client.clone().append(request).await?;
-        }
+        let shares = self.replicas.split(events, route_key);
+        let calls = shares
+            .into_iter()
+            .map(|(replica, events)| self.append(replica, events));
+        futures::future::try_join_all(calls).await?;
         Ok(())
     }
+}
+
+/// The key that picks an event's sync-svc replica: its conversation's; a group change's
+/// group; otherwise (friendships, friend requests, presence) its lowest recipient, which
+/// is the same for every event between the same users.
+fn route_key(fanout: &Fanout) -> u64 {
+    let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    let kind = fanout.event.as_ref().and_then(|event| event.kind.as_ref());
+    let conversation = match kind {
+        Some(Kind::Message(m)) => &m.conversation_id,
+        Some(Kind::Recalled(e)) => &e.conversation_id,
+        Some(Kind::Read(e)) => &e.conversation_id,
+        Some(Kind::Advanced(e)) => &e.conversation_id,
+        Some(Kind::Settings(e)) => &e.conversation_id,
+        Some(Kind::Receipt(e)) => &e.conversation_id,
+        Some(Kind::Typing(e)) => &e.conversation_id,
+        Some(Kind::Edited(e)) => &e.conversation_id,
+        Some(Kind::Pin(e)) => &e.conversation_id,
+        Some(Kind::Hidden(e)) => &e.conversation_id,
+        Some(Kind::Reaction(e)) => &e.conversation_id,
+        Some(Kind::ReactionCounts(e)) => &e.conversation_id,
+        Some(Kind::Removed(e)) => &e.conversation_id,
+        Some(Kind::Group(e)) => {
+            let group = e.group.as_ref().map_or(0, |g| g.group_id);
+            return hasher.hash_one(("g", group));
+        }
+        Some(Kind::Friendship(_) | Kind::FriendRequest(_) | Kind::Presence(_)) | None => {
+            let lowest = fanout.recipient_ids.iter().min();
+            return hasher.hash_one(("u", lowest));
+        }
+    };
+    hasher.hash_one(("c", conversation.as_str()))
 }

@@ -5,6 +5,7 @@ use sea_orm::TransactionTrait;
 
 use super::*;
 use crate::testing::{self, until};
+use imesh_protos::sync as pb;
 
 const TABLE: &str = "test_outbox";
 
@@ -400,4 +401,162 @@ async fn a_partitioned_outbox_reads_its_own_nodes_rows_and_those_no_lease_holds(
             "{backend:?}: a released node's rows are taken over"
         );
     }
+}
+
+/// A sync-svc replica that records which events its `Append` calls carried.
+#[derive(Clone)]
+struct RecordingSync {
+    replica: usize,
+    got: Arc<Mutex<Vec<(usize, String)>>>,
+}
+
+type Unary<T> = Result<tonic::Response<T>, tonic::Status>;
+
+#[async_trait]
+impl imesh_protos::sync::sync_service_server::SyncService for RecordingSync {
+    async fn append(&self, r: tonic::Request<pb::AppendRequest>) -> Unary<pb::AppendResponse> {
+        let events = r.into_inner().events;
+        let got = events.iter().map(|e| (self.replica, e.event_id.clone()));
+        self.got.lock().extend(got);
+        Ok(tonic::Response::new(pb::AppendResponse::default()))
+    }
+    async fn pull(&self, _: tonic::Request<pb::PullRequest>) -> Unary<pb::PullResponse> {
+        Err(tonic::Status::unimplemented("pull"))
+    }
+    async fn ack(&self, _: tonic::Request<pb::AckRequest>) -> Unary<pb::AckResponse> {
+        Err(tonic::Status::unimplemented("ack"))
+    }
+    async fn ack_batch(
+        &self,
+        _: tonic::Request<pb::AckBatchRequest>,
+    ) -> Unary<pb::AckBatchResponse> {
+        Err(tonic::Status::unimplemented("ack_batch"))
+    }
+    async fn mark_read(
+        &self,
+        _: tonic::Request<pb::MarkReadRequest>,
+    ) -> Unary<pb::MarkReadResponse> {
+        Err(tonic::Status::unimplemented("mark_read"))
+    }
+    async fn conversations(
+        &self,
+        _: tonic::Request<pb::ConversationsRequest>,
+    ) -> Unary<pb::ConversationsResponse> {
+        Err(tonic::Status::unimplemented("conversations"))
+    }
+    async fn update_conversation(
+        &self,
+        _: tonic::Request<pb::UpdateConversationRequest>,
+    ) -> Unary<pb::ConversationSettings> {
+        Err(tonic::Status::unimplemented("update_conversation"))
+    }
+    async fn remove_conversation(
+        &self,
+        _: tonic::Request<pb::RemoveConversationRequest>,
+    ) -> Unary<pb::ConversationRemoved> {
+        Err(tonic::Status::unimplemented("remove_conversation"))
+    }
+    async fn receipt_counts(
+        &self,
+        _: tonic::Request<pb::ReceiptCountsRequest>,
+    ) -> Unary<pb::ReceiptCountsResponse> {
+        Err(tonic::Status::unimplemented("receipt_counts"))
+    }
+    async fn receipt_readers(
+        &self,
+        _: tonic::Request<pb::ReceiptReadersRequest>,
+    ) -> Unary<pb::ReceiptReadersResponse> {
+        Err(tonic::Status::unimplemented("receipt_readers"))
+    }
+    async fn update_push_settings(
+        &self,
+        _: tonic::Request<pb::PushSettings>,
+    ) -> Unary<pb::PushSettings> {
+        Err(tonic::Status::unimplemented("update_push_settings"))
+    }
+    async fn offline_targets(
+        &self,
+        _: tonic::Request<pb::OfflineTargetsRequest>,
+    ) -> Unary<pb::OfflineTargetsResponse> {
+        Err(tonic::Status::unimplemented("offline_targets"))
+    }
+}
+
+/// Three recording replicas listening on loopback, and their addresses as one list.
+async fn recording_replicas(got: &Arc<Mutex<Vec<(usize, String)>>>) -> String {
+    let mut addrs = Vec::new();
+    for replica in 0..3 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(listener.local_addr().unwrap().to_string());
+        let service = RecordingSync {
+            replica,
+            got: got.clone(),
+        };
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(
+                    imesh_protos::sync::sync_service_server::SyncServiceServer::new(service),
+                )
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+    }
+    addrs.join(",")
+}
+
+/// An outbox row of a message event in `conversation`.
+fn message_row(id: i64, conversation: &str) -> OutboxRow {
+    use prost::Message as _;
+    let message = imesh_protos::message::Message {
+        conversation_id: conversation.into(),
+        ..Default::default()
+    };
+    let fanout = pb::Fanout {
+        event_id: format!("{conversation}/{id}"),
+        recipient_ids: vec![id],
+        event: Some(pb::SyncEvent {
+            kind: Some(pb::sync_event::Kind::Message(message)),
+        }),
+        ..Default::default()
+    };
+    OutboxRow {
+        id,
+        payload: fanout.encode_to_vec(),
+    }
+}
+
+#[tokio::test]
+async fn the_sync_sink_sends_each_conversations_events_to_one_replica_in_order() {
+    let got = Arc::default();
+    let addrs = recording_replicas(&got).await;
+    let replicas = crate::grpc::Peers::default().keyed(&addrs).unwrap();
+    let secret = crate::config::Secret::new("0123456789abcdef");
+    let sink = SyncSink::new(replicas, crate::identity::Caller::new(&secret).unwrap());
+    let conversation = |i: i64| format!("d:{}:{}", i % 40, 1000 + i % 40);
+    for batch in 0..3 {
+        let rows: Vec<_> = (0..120)
+            .map(|i| message_row(batch * 120 + i, &conversation(i)))
+            .collect();
+        sink.deliver(&rows).await.unwrap();
+    }
+    let got = got.lock().clone();
+    assert_eq!(got.len(), 360, "every event appended once");
+    let mut owners = std::collections::BTreeMap::new();
+    let mut last = std::collections::BTreeMap::new();
+    for (replica, event_id) in &got {
+        let (conversation, id) = event_id.rsplit_once('/').unwrap();
+        let id: i64 = id.parse().unwrap();
+        let owner = owners.entry(conversation.to_owned()).or_insert(*replica);
+        assert_eq!(owner, replica, "{conversation} reached two replicas");
+        let previous = last.insert(conversation.to_owned(), id);
+        assert!(
+            previous < Some(id),
+            "{conversation}: {id} after {previous:?}"
+        );
+    }
+    let used: std::collections::BTreeSet<_> = owners.values().collect();
+    assert_eq!(
+        used.len(),
+        3,
+        "40 conversations spread over the three replicas"
+    );
 }
