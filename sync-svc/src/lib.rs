@@ -99,6 +99,10 @@ pub struct Service {
 /// The snowflake nodes sync-svc processes lease from.
 const NODE_IDS: NodeBlock = 768..=1023;
 
+/// Appends' live deliveries that may wait for notify-svc before appends wait too
+/// (`domain::Queued`).
+const LIVE_QUEUE: usize = 64;
+
 impl Service {
     /// Connects the stores, brings the schema up to date and wires the domain.
     /// `node_id` fixes the snowflake node; `None` leases one.
@@ -121,8 +125,13 @@ impl Service {
         };
         let caller = Caller::new(&auth.internal_secret)?;
         let peers = grpc::Peers::new(&config.grpc)?;
-        let notifier =
-            peers::NotifyNotifier::new(peers.channel(&config.notify_addr)?, caller.clone());
+        let notifier = domain::Queued::spawn(
+            Arc::new(peers::NotifyNotifier::new(
+                peers.channel(&config.notify_addr)?,
+                caller.clone(),
+            )),
+            LIVE_QUEUE,
+        );
         let members = peers::GroupMemberships::new(peers.channel(&config.group_addr)?, caller);
         let mut registry = imesh_kit::metrics::registry("sync-svc");
         let webhooks = match Hook::new("webhooks", &config.webhooks, Signing::Required)? {

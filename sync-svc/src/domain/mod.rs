@@ -11,12 +11,14 @@ use bytes::Bytes;
 use imesh_kit::{error::StoreError, ids::Snowflake, metrics::Registry};
 use prometheus_client::metrics::histogram::Histogram;
 
+mod live;
 pub mod marks;
 pub mod ports;
 mod push;
 mod reads;
 mod receipts;
 
+pub use live::Queued;
 pub use ports::{InboxStore, Memberships, Notifier, ReceiptBits, StoredEvent};
 
 pub use push::{MAX_OFFLINE_TARGETS, OfflineDecision, Preview, PushSettings};
@@ -154,7 +156,7 @@ impl Inboxes {
 
     /// Appends each event to its recipients' inboxes once, however often it is replayed,
     /// then hands the new entries to the notifier (best effort: devices that miss a push
-    /// catch up by pulling).
+    /// catch up by pulling; a [`Queued`] notifier pushes them after the append returns).
     pub async fn append(&self, events: Vec<IncomingEvent>) -> Result<Appended, Error> {
         for event in &events {
             if event.event_id.is_empty() || event.event_id.len() > 191 {

@@ -1,0 +1,240 @@
+//! Live delivery off the append's path. [`Queued`] takes each call's deliveries into a
+//! bounded queue and returns; one task hands them on in order, and whatever queued while
+//! its last call was out goes in its next call, merged. So an append (and the relay behind
+//! it) waits for its entries to be stored, not for notify-svc and the gateways to push
+//! them, and under load many appends' pushes share one call.
+//!
+//! Deliveries stay best effort, as before: a failed call is logged and the devices catch
+//! up by pulling. A caller waits only while the queue is full, so a slow notify-svc holds
+//! appends back by at most [`Queued::spawn`]'s bound instead of piling up memory.
+
+use std::{collections::HashMap, sync::Arc};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::{Entry, Notifier};
+
+/// One call's deliveries, waiting in the queue.
+enum Live {
+    Users(Vec<(i64, Vec<Entry>)>),
+    Groups(Vec<(i64, Bytes)>),
+}
+
+/// A [`Notifier`] that queues and returns; see the module.
+pub struct Queued {
+    queue: mpsc::Sender<Live>,
+}
+
+impl Queued {
+    /// Hands deliveries on to `notifier` from a task of its own, with at most `bound`
+    /// calls' deliveries waiting for it. The task ends once the last `Queued` is dropped
+    /// and the queue is empty.
+    pub fn spawn(notifier: Arc<dyn Notifier>, bound: usize) -> Self {
+        let (queue, waiting) = mpsc::channel(bound);
+        tokio::spawn(hand_on(waiting, notifier));
+        Self { queue }
+    }
+
+    async fn queue(&self, live: Live) -> anyhow::Result<()> {
+        (self.queue.send(live).await).map_err(|_| anyhow::anyhow!("live delivery has stopped"))
+    }
+}
+
+#[async_trait::async_trait]
+impl Notifier for Queued {
+    async fn deliver(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
+        self.queue(Live::Users(deliveries)).await
+    }
+
+    async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
+        self.queue(Live::Groups(events)).await
+    }
+}
+
+/// Calls `notifier` with what `waiting` holds, in order: each call takes everything of one
+/// kind queued in a row.
+async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>) {
+    let mut next = None;
+    loop {
+        let first = match next.take() {
+            Some(live) => live,
+            None => match waiting.recv().await {
+                Some(live) => live,
+                None => return,
+            },
+        };
+        let delivered = match first {
+            Live::Users(deliveries) => {
+                let mut merged = Merged::default();
+                merged.add(deliveries);
+                while let Ok(live) = waiting.try_recv() {
+                    match live {
+                        Live::Users(more) => merged.add(more),
+                        other => {
+                            next = Some(other);
+                            break;
+                        }
+                    }
+                }
+                notifier.deliver(merged.users).await
+            }
+            Live::Groups(mut events) => {
+                while let Ok(live) = waiting.try_recv() {
+                    match live {
+                        Live::Groups(more) => events.extend(more),
+                        other => {
+                            next = Some(other);
+                            break;
+                        }
+                    }
+                }
+                notifier.deliver_to_groups(events).await
+            }
+        };
+        if let Err(e) = delivered {
+            tracing::warn!(error = %format!("{e:#}"), "live delivery failed; devices will catch up by pulling");
+        }
+    }
+}
+
+/// Deliveries of several calls as one: each user once, with their entries in the order
+/// the calls queued them.
+#[derive(Default)]
+struct Merged {
+    users: Vec<(i64, Vec<Entry>)>,
+    at: HashMap<i64, usize>,
+}
+
+impl Merged {
+    fn add(&mut self, deliveries: Vec<(i64, Vec<Entry>)>) {
+        for (user, entries) in deliveries {
+            match self.at.get(&user) {
+                Some(&i) => self.users[i].1.extend(entries),
+                None => {
+                    self.at.insert(user, self.users.len());
+                    self.users.push((user, entries));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+    use parking_lot::Mutex;
+    use tokio::sync::Semaphore;
+
+    use super::*;
+    use imesh_kit::testing::until;
+
+    /// Records each call as it starts, then waits for a permit before it returns.
+    struct Gated {
+        calls: Mutex<Vec<Call>>,
+        permits: Semaphore,
+    }
+
+    impl Default for Gated {
+        fn default() -> Self {
+            Self {
+                calls: Mutex::default(),
+                permits: Semaphore::new(0),
+            }
+        }
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Call {
+        Users(Vec<(i64, Vec<i64>)>),
+        Groups(Vec<i64>),
+    }
+
+    #[async_trait::async_trait]
+    impl Notifier for Gated {
+        async fn deliver(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
+            let seqs = deliveries
+                .into_iter()
+                .map(|(user, entries)| (user, entries.iter().map(|e| e.sync_seq).collect()))
+                .collect();
+            self.calls.lock().push(Call::Users(seqs));
+            self.permits.acquire().await?.forget();
+            Ok(())
+        }
+
+        async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
+            let groups = events.into_iter().map(|(group, _)| group).collect();
+            self.calls.lock().push(Call::Groups(groups));
+            self.permits.acquire().await?.forget();
+            Ok(())
+        }
+    }
+
+    fn entries(user: i64, seqs: &[i64]) -> Vec<(i64, Vec<Entry>)> {
+        let entries = seqs.iter().map(|&sync_seq| Entry {
+            sync_seq,
+            payload: Bytes::new(),
+        });
+        vec![(user, entries.collect())]
+    }
+
+    #[tokio::test]
+    async fn deliveries_return_at_once_and_what_queued_behind_a_call_goes_in_the_next_in_order() {
+        let gated = Arc::new(Gated::default());
+        let queued = Queued::spawn(gated.clone(), 16);
+        queued.deliver(entries(1, &[1])).await.unwrap();
+        until("the first call starts", || gated.calls.lock().len() == 1).await;
+        // While the first call is out, these return without waiting for it.
+        queued.deliver(entries(1, &[2, 3])).await.unwrap();
+        queued.deliver(entries(2, &[1])).await.unwrap();
+        queued.deliver(entries(1, &[4])).await.unwrap();
+        queued
+            .deliver_to_groups(vec![(7, Bytes::new())])
+            .await
+            .unwrap();
+        queued
+            .deliver_to_groups(vec![(8, Bytes::new())])
+            .await
+            .unwrap();
+        queued.deliver(entries(2, &[2])).await.unwrap();
+        gated.permits.add_permits(4);
+        until("every call is made", || gated.calls.lock().len() == 4).await;
+        assert_eq!(
+            *gated.calls.lock(),
+            [
+                Call::Users(vec![(1, vec![1])]),
+                Call::Users(vec![(1, vec![2, 3, 4]), (2, vec![1])]),
+                Call::Groups(vec![7, 8]),
+                Call::Users(vec![(2, vec![2])]),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_holds_the_next_delivery_back_until_the_notifier_catches_up() {
+        let gated = Arc::new(Gated::default());
+        let queued = Queued::spawn(gated.clone(), 1);
+        queued.deliver(entries(1, &[1])).await.unwrap();
+        until("the first call starts", || gated.calls.lock().len() == 1).await;
+        queued.deliver(entries(1, &[2])).await.unwrap();
+        let mut third = Box::pin(queued.deliver(entries(1, &[3])));
+        assert!(
+            (&mut third).now_or_never().is_none(),
+            "a delivery past the queue's bound waits"
+        );
+        gated.permits.add_permits(1);
+        third.await.unwrap();
+        gated.permits.add_permits(2);
+        until("every entry is delivered", || {
+            let calls = gated.calls.lock();
+            let seqs: Vec<i64> = (calls.iter())
+                .flat_map(|c| match c {
+                    Call::Users(users) => users.iter().flat_map(|(_, s)| s.clone()).collect(),
+                    Call::Groups(_) => Vec::new(),
+                })
+                .collect();
+            seqs == [1, 2, 3]
+        })
+        .await;
+    }
+}
