@@ -134,6 +134,7 @@ impl Service {
         );
         let members = peers::GroupMemberships::new(peers.channel(&config.group_addr)?, caller);
         let mut registry = imesh_kit::metrics::registry("sync-svc");
+        notifier.register(&mut registry);
         let webhooks = match Hook::new("webhooks", &config.webhooks, Signing::Required)? {
             Some(hook) => Some(
                 Relay::new(

@@ -11,6 +11,8 @@
 use std::{collections::HashMap, sync::Arc};
 
 use bytes::Bytes;
+use imesh_kit::metrics::Registry;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 
 use super::{Entry, Notifier};
@@ -24,6 +26,8 @@ enum Live {
 /// A [`Notifier`] that queues and returns; see the module.
 pub struct Queued {
     queue: mpsc::Sender<Live>,
+    /// Calls' deliveries waiting in the queue, as of the last call to queue or take one.
+    waiting: Gauge,
 }
 
 impl Queued {
@@ -31,13 +35,25 @@ impl Queued {
     /// calls' deliveries waiting for it. The task ends once the last `Queued` is dropped
     /// and the queue is empty.
     pub fn spawn(notifier: Arc<dyn Notifier>, bound: usize) -> Self {
-        let (queue, waiting) = mpsc::channel(bound);
-        tokio::spawn(hand_on(waiting, notifier));
-        Self { queue }
+        let (queue, queued) = mpsc::channel(bound);
+        let waiting = Gauge::default();
+        tokio::spawn(hand_on(queued, notifier, waiting.clone()));
+        Self { queue, waiting }
+    }
+
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "live_deliveries_waiting",
+            "Appends' live deliveries queued for notify-svc (appends wait past the bound)",
+            self.waiting.clone(),
+        );
     }
 
     async fn queue(&self, live: Live) -> anyhow::Result<()> {
-        (self.queue.send(live).await).map_err(|_| anyhow::anyhow!("live delivery has stopped"))
+        (self.queue.send(live).await).map_err(|_| anyhow::anyhow!("live delivery has stopped"))?;
+        let waiting = self.queue.max_capacity() - self.queue.capacity();
+        self.waiting.set(waiting as i64);
+        Ok(())
     }
 }
 
@@ -54,7 +70,7 @@ impl Notifier for Queued {
 
 /// Calls `notifier` with what `waiting` holds, in order: each call takes everything of one
 /// kind queued in a row.
-async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>) {
+async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>, gauge: Gauge) {
     let mut next = None;
     loop {
         let first = match next.take() {
@@ -77,6 +93,7 @@ async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>)
                         }
                     }
                 }
+                gauge.set(waiting.len() as i64 + i64::from(next.is_some()));
                 notifier.deliver(merged.users).await
             }
             Live::Groups(mut events) => {
@@ -89,6 +106,7 @@ async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>)
                         }
                     }
                 }
+                gauge.set(waiting.len() as i64 + i64::from(next.is_some()));
                 notifier.deliver_to_groups(events).await
             }
         };
@@ -217,6 +235,7 @@ mod tests {
         queued.deliver(entries(1, &[1])).await.unwrap();
         until("the first call starts", || gated.calls.lock().len() == 1).await;
         queued.deliver(entries(1, &[2])).await.unwrap();
+        assert_eq!(queued.waiting.get(), 1, "one call's deliveries wait");
         let mut third = Box::pin(queued.deliver(entries(1, &[3])));
         assert!(
             (&mut third).now_or_never().is_none(),
