@@ -6,20 +6,22 @@
 //!
 //! Deliveries stay best effort, as before: a failed call is logged and the devices catch
 //! up by pulling. A caller waits only while the queue is full, so a slow notify-svc holds
-//! appends back by at most [`Queued::spawn`]'s bound instead of piling up memory.
+//! appends back by at most [`Queued::spawn`]'s bound instead of piling up memory, or when
+//! it asks to ([`Notifier::deliver_and_wait`]: the append of a big fanout, see
+//! `Inboxes::notify`).
 
 use std::{collections::HashMap, sync::Arc};
 
 use bytes::Bytes;
 use imesh_kit::metrics::Registry;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{Entry, Notifier};
 
-/// One call's deliveries, waiting in the queue.
+/// One call's deliveries, waiting in the queue; a user delivery's caller may wait for it.
 enum Live {
-    Users(Vec<(i64, Vec<Entry>)>),
+    Users(Vec<(i64, Vec<Entry>)>, Option<oneshot::Sender<()>>),
     Groups(Vec<(i64, Bytes)>),
 }
 
@@ -60,7 +62,14 @@ impl Queued {
 #[async_trait::async_trait]
 impl Notifier for Queued {
     async fn deliver(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
-        self.queue(Live::Users(deliveries)).await
+        self.queue(Live::Users(deliveries, None)).await
+    }
+
+    async fn deliver_and_wait(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
+        let (done, pushed) = oneshot::channel();
+        self.queue(Live::Users(deliveries, Some(done))).await?;
+        // The task answers after the call that carried them, whatever its outcome.
+        (pushed.await).map_err(|_| anyhow::anyhow!("live delivery has stopped"))
     }
 
     async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
@@ -81,12 +90,12 @@ async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>,
             },
         };
         let delivered = match first {
-            Live::Users(deliveries) => {
+            Live::Users(deliveries, done) => {
                 let mut merged = Merged::default();
-                merged.add(deliveries);
+                merged.add(deliveries, done);
                 while let Ok(live) = waiting.try_recv() {
                     match live {
-                        Live::Users(more) => merged.add(more),
+                        Live::Users(more, done) => merged.add(more, done),
                         other => {
                             next = Some(other);
                             break;
@@ -94,7 +103,11 @@ async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>,
                     }
                 }
                 gauge.set(waiting.len() as i64 + i64::from(next.is_some()));
-                notifier.deliver(merged.users).await
+                let delivered = notifier.deliver(merged.users).await;
+                for done in merged.waiting {
+                    let _ = done.send(());
+                }
+                delivered
             }
             Live::Groups(mut events) => {
                 while let Ok(live) = waiting.try_recv() {
@@ -117,15 +130,17 @@ async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>,
 }
 
 /// Deliveries of several calls as one: each user once, with their entries in the order
-/// the calls queued them.
+/// the calls queued them; and the callers waiting for them.
 #[derive(Default)]
 struct Merged {
     users: Vec<(i64, Vec<Entry>)>,
     at: HashMap<i64, usize>,
+    waiting: Vec<oneshot::Sender<()>>,
 }
 
 impl Merged {
-    fn add(&mut self, deliveries: Vec<(i64, Vec<Entry>)>) {
+    fn add(&mut self, deliveries: Vec<(i64, Vec<Entry>)>, done: Option<oneshot::Sender<()>>) {
+        self.waiting.extend(done);
         for (user, entries) in deliveries {
             match self.at.get(&user) {
                 Some(&i) => self.users[i].1.extend(entries),
@@ -255,5 +270,34 @@ mod tests {
             seqs == [1, 2, 3]
         })
         .await;
+    }
+
+    #[tokio::test]
+    async fn a_waited_delivery_returns_after_its_call_and_keeps_its_place_in_line() {
+        let gated = Arc::new(Gated::default());
+        let queued = Arc::new(Queued::spawn(gated.clone(), 16));
+        queued.deliver(entries(1, &[1])).await.unwrap();
+        until("the first call starts", || gated.calls.lock().len() == 1).await;
+        let waited = tokio::spawn({
+            let queued = queued.clone();
+            async move { queued.deliver_and_wait(entries(1, &[2])).await }
+        });
+        until("the waited delivery is queued", || {
+            queued.waiting.get() == 1
+        })
+        .await;
+        queued.deliver(entries(1, &[3])).await.unwrap();
+        gated.permits.add_permits(1);
+        until("the second call starts", || gated.calls.lock().len() == 2).await;
+        assert!(!waited.is_finished(), "it waits while its call is out");
+        gated.permits.add_permits(1);
+        waited.await.unwrap().unwrap();
+        assert_eq!(
+            *gated.calls.lock(),
+            [
+                Call::Users(vec![(1, vec![1])]),
+                Call::Users(vec![(1, vec![2, 3])]),
+            ]
+        );
     }
 }

@@ -78,6 +78,11 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
 }
 
 pub const MAX_RECIPIENTS: usize = 10_000;
+
+/// Recipients of one event from which its append waits for the push (see
+/// `Inboxes::notify`): a group's fanout, not a direct message's.
+const WAITED_FANOUT: usize = 32;
+
 pub const DEFAULT_PULL: u32 = 100;
 pub const MAX_PULL: u32 = 500;
 
@@ -270,7 +275,12 @@ impl Inboxes {
         Ok((self.store.append(stored).await?, passed))
     }
 
-    /// Pushes each event's entries (`seqs`: by event and recipient) to their users.
+    /// Pushes each event's entries (`seqs`: by event and recipient) to their users. When an
+    /// event reaches [`WAITED_FANOUT`] recipients or more, the append waits for the push:
+    /// a group's members recur in every one of its messages, so the next append that
+    /// gathers more of them writes each member's inbox pages once for all of them, and a
+    /// busy relay's batches grow while it waits. A direct append's recipients rarely recur,
+    /// and it returns as soon as its entries are stored.
     async fn notify(&self, stored: &[StoredEvent], seqs: &[Vec<i64>]) {
         let mut per_user: std::collections::HashMap<i64, Vec<Entry>> =
             std::collections::HashMap::new();
@@ -285,7 +295,13 @@ impl Inboxes {
         if per_user.is_empty() {
             return;
         }
-        if let Err(e) = self.notifier.deliver(per_user.into_iter().collect()).await {
+        let deliveries = per_user.into_iter().collect();
+        let delivered = if stored.iter().any(|e| e.recipients.len() >= WAITED_FANOUT) {
+            self.notifier.deliver_and_wait(deliveries).await
+        } else {
+            self.notifier.deliver(deliveries).await
+        };
+        if let Err(e) = delivered {
             tracing::warn!(error = %format!("{e:#}"), "live delivery failed; devices will catch up by pulling");
         }
     }

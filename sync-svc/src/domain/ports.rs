@@ -167,6 +167,11 @@ pub trait Memberships: Send + Sync + 'static {
 #[async_trait]
 pub trait Notifier: Send + Sync + 'static {
     async fn deliver(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()>;
+    /// As [`Notifier::deliver`], returning only once the deliveries have been pushed (or
+    /// failed to be), even from a notifier that queues them ([`super::Queued`]).
+    async fn deliver_and_wait(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
+        self.deliver(deliveries).await
+    }
     /// Live events of read-fanout groups, `(group, encoded event)`, for their online members.
     async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> anyhow::Result<()>;
 }

@@ -10,9 +10,14 @@ use imesh_kit::testing;
 use super::*;
 use crate::store::sql::{Migrator, SqlInboxStore};
 
-/// Live deliveries as (user, sync_seqs), and group hints as (group, event bytes).
+/// Live deliveries as (user, sync_seqs), group hints as (group, event bytes), and how many
+/// delivery calls asked to wait for their push.
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(i64, Vec<i64>)>>, Mutex<Vec<(i64, Bytes)>>);
+struct Recorder(
+    Mutex<Vec<(i64, Vec<i64>)>>,
+    Mutex<Vec<(i64, Bytes)>>,
+    std::sync::atomic::AtomicUsize,
+);
 
 #[async_trait::async_trait]
 impl Notifier for Recorder {
@@ -23,6 +28,11 @@ impl Notifier for Recorder {
         }
         got.sort();
         Ok(())
+    }
+
+    async fn deliver_and_wait(&self, deliveries: Vec<(i64, Vec<Entry>)>) -> anyhow::Result<()> {
+        self.2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.deliver(deliveries).await
     }
 
     async fn deliver_to_groups(&self, events: Vec<(i64, Bytes)>) -> anyhow::Result<()> {
@@ -126,6 +136,27 @@ async fn each_recipient_gets_its_own_dense_sync_seq_and_a_live_delivery() {
         vec![b"a".as_ref(), b"b".as_ref()]
     );
     assert!(!has_more);
+}
+
+#[tokio::test]
+async fn an_append_waits_for_the_push_of_a_groups_fanout_not_of_a_direct_message() {
+    let (inboxes, recorder) = inboxes().await;
+    let waited = || recorder.2.load(std::sync::atomic::Ordering::Relaxed);
+    inboxes
+        .append(vec![event("direct", &[1, 2])])
+        .await
+        .unwrap();
+    let below: Vec<i64> = (1..WAITED_FANOUT as i64).collect();
+    inboxes
+        .append(vec![event("small group", &below)])
+        .await
+        .unwrap();
+    assert_eq!(waited(), 0, "neither waits for its push");
+    let group: Vec<i64> = (1..=WAITED_FANOUT as i64).collect();
+    (inboxes.append(vec![event("direct 2", &[1, 2]), event("group", &group)]))
+        .await
+        .unwrap();
+    assert_eq!(waited(), 1, "an append with a group's fanout waits");
 }
 
 #[tokio::test]
