@@ -39,10 +39,15 @@ pub(super) struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts the writer; it hands what it commits to `handoff`, if given.
-    pub(super) fn spawn(db: DatabaseConnection, handoff: Option<Handoff>) -> Self {
+    /// Starts the writer; it hands what it commits to `handoff`, if given, and calls
+    /// `wrote` after each commit that stored messages.
+    pub(super) fn spawn(
+        db: DatabaseConnection,
+        handoff: Option<Handoff>,
+        wrote: impl Fn() + Send + Sync + 'static,
+    ) -> Self {
         let (queue, waiting) = mpsc::channel(QUEUE);
-        tokio::spawn(write_batches(db, handoff, waiting));
+        tokio::spawn(write_batches(db, handoff, wrote, waiting));
         Self { queue }
     }
 
@@ -68,9 +73,13 @@ impl GroupCommit {
 async fn write_batches(
     db: DatabaseConnection,
     handoff: Option<Handoff>,
+    wrote: impl Fn(),
     mut waiting: mpsc::Receiver<Append>,
 ) {
     let hand_over = |events: Vec<OutboxRow>| {
+        if !events.is_empty() {
+            wrote();
+        }
         if let Some(handoff) = &handoff {
             handoff.committed(events);
         }

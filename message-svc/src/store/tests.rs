@@ -780,6 +780,80 @@ async fn search_finds_text_holding_every_word_within_its_scope_and_follows_edits
     }
 }
 
+/// The msg ids SQLite's FTS5 index holds for `word`, read without a search (which would
+/// index what is pending first).
+async fn indexed(db: &sea_orm::DatabaseConnection, word: &str) -> Vec<i64> {
+    use sea_orm::ConnectionTrait as _;
+    let sql = "SELECT rowid FROM message_search WHERE message_search MATCH ? ORDER BY rowid";
+    let statement = sea_orm::Statement::from_sql_and_values(
+        sea_orm::DatabaseBackend::Sqlite,
+        sql,
+        [word.into()],
+    );
+    let rows = db.query_all_raw(statement).await.unwrap();
+    rows.iter()
+        .map(|r| r.try_get::<i64>("", "rowid").unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn sqlite_indexes_for_search_behind_the_writes_taking_pending_messages_as_they_stand() {
+    use sea_orm::ConnectionTrait as _;
+    let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
+    let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
+        .await
+        .unwrap();
+    let store = SqlMessageStore::new(db.clone());
+    for (msg_id, seq, text) in [
+        (31, 1, "wasabi peas"),
+        (32, 2, "wasabi chips"),
+        (33, 3, "wasabi nuts"),
+    ] {
+        let said = Message {
+            content: Content::Text(text.into()),
+            ..message(msg_id, seq, &format!("c{msg_id}"))
+        };
+        store.append(&said, event(msg_id)).await.unwrap();
+    }
+    // Most likely still pending (indexing lingers after a commit); either way the index
+    // must end up holding each message as it stands.
+    let salted = Content::Text("salted chips".into());
+    store
+        .edit("d:1:2", 2, &salted, 2, 5, event(40))
+        .await
+        .unwrap();
+    store.recall("d:1:2", 3, 1, 6, event(41)).await.unwrap();
+    testing::until_async("indexing empties the pending list without a search", || {
+        let db = db.clone();
+        async move {
+            let pending = "SELECT count(*) AS n FROM message_search_pending";
+            let row = db.query_one_raw(sea_orm::Statement::from_string(
+                sea_orm::DatabaseBackend::Sqlite,
+                pending,
+            ));
+            row.await.unwrap().unwrap().try_get::<i64>("", "n").unwrap() == 0
+        }
+    })
+    .await;
+    assert_eq!(
+        indexed(&db, "wasabi").await,
+        vec![31],
+        "the edited and the recalled are out"
+    );
+    assert_eq!(indexed(&db, "salted").await, vec![32], "the edit is in");
+    let again = Content::Text("wasabi again".into());
+    store
+        .edit("d:1:2", 1, &again, 2, 7, event(42))
+        .await
+        .unwrap();
+    assert_eq!(
+        indexed(&db, "peas").await,
+        Vec::<i64>::new(),
+        "an indexed message's edit reindexes it"
+    );
+    assert_eq!(indexed(&db, "again").await, vec![31]);
+}
+
 fn upload(key: &str, created_at_ms: i64) -> crate::domain::Upload {
     crate::domain::Upload {
         key: key.into(),

@@ -219,6 +219,9 @@ pub struct SqlMessageStore {
     /// Where reads go ([`imesh_kit::sql::readers`]): never behind the group commit.
     reads: DatabaseConnection,
     commits: GroupCommit,
+    /// SQLite's search index, filled behind the writes (none elsewhere: the others' indexes
+    /// are kept in the writes' transactions).
+    search: Option<search::SearchIndex>,
 }
 
 impl SqlMessageStore {
@@ -257,10 +260,15 @@ impl SqlMessageStore {
     }
 
     fn build(db: DatabaseConnection, handoff: Option<Handoff>) -> Self {
+        let search = (db.get_database_backend() == sea_orm::DatabaseBackend::Sqlite)
+            .then(|| search::SearchIndex::spawn(db.clone()));
+        let indexed = search.clone();
+        let wrote = move || indexed.iter().for_each(search::SearchIndex::wrote);
         Self {
-            commits: GroupCommit::spawn(db.clone(), handoff),
+            commits: GroupCommit::spawn(db.clone(), handoff, wrote),
             reads: db.clone(),
             db,
+            search,
         }
     }
 }
@@ -742,6 +750,9 @@ impl MessageStore for SqlMessageStore {
         before: i64,
         limit: u32,
     ) -> Result<Vec<Message>, StoreError> {
+        if let Some(index) = &self.search {
+            index.catch_up().await?;
+        }
         search::search(&self.reads, terms, scope, before, limit).await
     }
 

@@ -33,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(CreateSearch),
             Box::new(RefuseBehindOnSqlite),
             Box::new(super::files::CreateFiles),
+            Box::new(DeferSearchOnSqlite),
         ]
     }
 
@@ -380,6 +381,45 @@ impl MigrationTrait for RefuseBehindOnSqlite {
                  BEGIN SELECT RAISE(ABORT, 'seq is not above the conversation''s committed max seq; retry'); END",
             )
             .await?;
+        Ok(())
+    }
+}
+
+/// SQLite's search index off the commit path: a text message's insert notes its id in
+/// `message_search_pending` (one row at the end of a small table) instead of writing the
+/// FTS5 index's pages in the batch's transaction, and `search::SearchIndex` indexes what
+/// is pending in transactions of its own. An edit or recall of a pending message leaves
+/// the index alone: indexing takes the message as it stands then.
+struct DeferSearchOnSqlite;
+
+impl MigrationName for DeferSearchOnSqlite {
+    fn name(&self) -> &str {
+        "m20261207_000014_message_search_deferred"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for DeferSearchOnSqlite {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        if manager.get_database_backend() != DatabaseBackend::Sqlite {
+            return Ok(());
+        }
+        let db = manager.get_connection();
+        for statement in [
+            "CREATE TABLE IF NOT EXISTS message_search_pending (msg_id INTEGER PRIMARY KEY)",
+            "DROP TRIGGER IF EXISTS message_search_insert",
+            "CREATE TRIGGER message_search_insert AFTER INSERT ON messages \
+             WHEN new.kind = 1 AND new.recalled_by = 0 \
+             BEGIN INSERT INTO message_search_pending(msg_id) VALUES (new.msg_id); END",
+            "DROP TRIGGER IF EXISTS message_search_update",
+            "CREATE TRIGGER message_search_update AFTER UPDATE OF kind, body, recalled_by ON messages \
+             WHEN old.msg_id NOT IN (SELECT msg_id FROM message_search_pending) \
+             BEGIN DELETE FROM message_search WHERE rowid = old.msg_id; \
+             INSERT INTO message_search(rowid, body) SELECT new.msg_id, new.body \
+             WHERE new.kind = 1 AND new.recalled_by = 0; END",
+        ] {
+            db.execute_unprepared(statement).await?;
+        }
         Ok(())
     }
 }

@@ -1,13 +1,19 @@
-//! Full-text search of text messages with each database's own index: an FTS5 table kept by
-//! triggers on SQLite (contentless: it keeps the index, not a second copy of the text), a
-//! GIN index over `to_tsvector('simple', body)` on PostgreSQL, a FULLTEXT index on MySQL.
-//! Words are split by each backend's rules (Unicode letters and digits; none of them
-//! segments CJK text into words).
+//! Full-text search of text messages with each database's own index: an FTS5 table on
+//! SQLite (contentless: it keeps the index, not a second copy of the text), a GIN index
+//! over `to_tsvector('simple', body)` on PostgreSQL, a FULLTEXT index on MySQL. Words are
+//! split by each backend's rules (Unicode letters and digits; none of them segments CJK
+//! text into words).
+//!
+//! SQLite's index is filled behind the writes ([`SearchIndex`]): writing its pages in every
+//! group commit made a message's transaction half again as long on disk. A search first
+//! indexes whatever is pending, so it finds every message committed before it.
+
+use std::time::Duration;
 
 use imesh_kit::error::StoreError;
 use sea_orm::{
     ColumnTrait, Condition, DatabaseBackend, DatabaseConnection, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect,
+    QueryOrder, QuerySelect, Statement,
 };
 use sea_orm_migration::prelude::*;
 
@@ -75,4 +81,63 @@ pub(super) async fn search(
         .all(db)
         .await?;
     rows.into_iter().map(to_message).collect()
+}
+
+/// SQLite's search index, filled from `message_search_pending` in transactions of its own:
+/// after each commit that stored messages, once [`SearchIndex::LINGER`] has gathered more,
+/// and before every search.
+#[derive(Clone)]
+pub(super) struct SearchIndex {
+    db: DatabaseConnection,
+    wrote: tokio::sync::mpsc::Sender<()>,
+}
+
+/// Indexes the pending messages as they stand (an edit or recall made while pending is
+/// already in them) and empties the list, in one transaction.
+const INDEX_PENDING: [&str; 2] = [
+    "INSERT INTO message_search(rowid, body) SELECT m.msg_id, m.body \
+     FROM message_search_pending p JOIN messages m ON m.msg_id = p.msg_id \
+     WHERE m.kind = 1 AND m.recalled_by = 0",
+    "DELETE FROM message_search_pending",
+];
+
+impl SearchIndex {
+    /// How long indexing waits after a commit, so one index transaction takes many.
+    const LINGER: Duration = Duration::from_millis(250);
+
+    /// Starts indexing on the current runtime (what a stop left pending first); it ends
+    /// once every clone is dropped.
+    pub(super) fn spawn(db: DatabaseConnection) -> Self {
+        let (wrote, mut written) = tokio::sync::mpsc::channel(1);
+        let index = Self { db, wrote };
+        let indexing = index.db.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = index_pending(&indexing).await {
+                    tracing::warn!(error = %e, "indexing messages for search failed; next commit");
+                }
+                if written.recv().await.is_none() {
+                    return;
+                }
+                tokio::time::sleep(Self::LINGER).await;
+            }
+        });
+        index
+    }
+
+    /// Tells indexing that messages were committed.
+    pub(super) fn wrote(&self) {
+        let _ = self.wrote.try_send(());
+    }
+
+    /// Indexes everything committed so far.
+    pub(super) async fn catch_up(&self) -> Result<(), StoreError> {
+        index_pending(&self.db).await
+    }
+}
+
+async fn index_pending(db: &DatabaseConnection) -> Result<(), StoreError> {
+    let statements = INDEX_PENDING.map(|sql| Statement::from_string(DatabaseBackend::Sqlite, sql));
+    imesh_kit::sql::commit(db, &statements).await?;
+    Ok(())
 }
