@@ -751,7 +751,7 @@ impl MessageStore for SqlMessageStore {
         limit: u32,
     ) -> Result<Vec<Message>, StoreError> {
         if let Some(index) = &self.search {
-            index.catch_up().await?;
+            index.catch_up(&self.reads).await?;
         }
         search::search(&self.reads, terms, scope, before, limit).await
     }

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use imesh_kit::error::StoreError;
 use sea_orm::{
-    ColumnTrait, Condition, DatabaseBackend, DatabaseConnection, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, Statement,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait,
+    QueryFilter, QueryOrder, QuerySelect, Statement,
 };
 use sea_orm_migration::prelude::*;
 
@@ -130,9 +130,20 @@ impl SearchIndex {
         let _ = self.wrote.try_send(());
     }
 
-    /// Indexes everything committed so far.
-    pub(super) async fn catch_up(&self) -> Result<(), StoreError> {
-        index_pending(&self.db).await
+    /// Indexes everything committed so far. Looks through `reads` first, so a search
+    /// with nothing pending takes no write lock.
+    pub(super) async fn catch_up(&self, reads: &DatabaseConnection) -> Result<(), StoreError> {
+        let any = "SELECT EXISTS (SELECT 1 FROM message_search_pending) AS any";
+        let found = reads
+            .query_one_raw(Statement::from_string(DatabaseBackend::Sqlite, any))
+            .await?;
+        match found
+            .map(|row| row.try_get::<bool>("", "any"))
+            .transpose()?
+        {
+            Some(true) => index_pending(&self.db).await,
+            _ => Ok(()),
+        }
     }
 }
 
