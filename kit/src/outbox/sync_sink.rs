@@ -73,8 +73,9 @@ impl Sink for SyncSink {
 }
 
 /// The key that picks an event's sync-svc replica: its conversation's; a group change's
-/// group; otherwise (friendships, friend requests, presence) its lowest recipient, which
-/// is the same for every event between the same users.
+/// group conversation's (`g:<id>`), so one replica pushes a group's changes and messages
+/// in the order they reach it; otherwise (friendships, friend requests, presence) its
+/// lowest recipient, which is the same for every event between the same users.
 fn route_key(fanout: &Fanout) -> u64 {
     let hasher = BuildHasherDefault::<DefaultHasher>::default();
     let kind = fanout.event.as_ref().and_then(|event| event.kind.as_ref());
@@ -94,7 +95,7 @@ fn route_key(fanout: &Fanout) -> u64 {
         Some(Kind::Removed(e)) => &e.conversation_id,
         Some(Kind::Group(e)) => {
             let group = e.group.as_ref().map_or(0, |g| g.group_id);
-            return hasher.hash_one(("g", group));
+            return hasher.hash_one(("c", format!("g:{group}").as_str()));
         }
         Some(Kind::Friendship(_) | Kind::FriendRequest(_) | Kind::Presence(_)) | None => {
             let lowest = fanout.recipient_ids.iter().min();
@@ -102,4 +103,47 @@ fn route_key(fanout: &Fanout) -> u64 {
         }
     };
     hasher.hash_one(("c", conversation.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use imesh_protos::{group, message, sync::SyncEvent};
+
+    use super::*;
+
+    fn fanout(kind: Kind, recipients: Vec<i64>) -> Fanout {
+        Fanout {
+            recipient_ids: recipients,
+            event: Some(SyncEvent { kind: Some(kind) }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_groups_changes_take_the_replica_of_its_messages() {
+        let in_group = |id: &str| {
+            let message = message::Message {
+                conversation_id: id.into(),
+                ..Default::default()
+            };
+            route_key(&fanout(Kind::Message(message), vec![1, 2]))
+        };
+        let change = |group_id| {
+            let changed = group::GroupChanged {
+                group: Some(group::Group {
+                    group_id,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            route_key(&fanout(Kind::Group(changed), vec![3]))
+        };
+        assert_eq!(change(7), in_group("g:7"));
+        assert_ne!(change(7), in_group("g:8"));
+        let friends = |recipients| {
+            let changed = imesh_protos::relation::FriendshipChanged::default();
+            route_key(&fanout(Kind::Friendship(changed), recipients))
+        };
+        assert_eq!(friends(vec![5, 9]), friends(vec![9, 5]), "either way round");
+    }
 }
