@@ -400,8 +400,7 @@ impl Carrier {
             return;
         };
         if let Some(again) = again
-            && matches!(status.code(), Code::Unavailable | Code::Unknown)
-            && self.replicas.down(&replica)
+            && self.replicas.unreachable(&replica, &status)
         {
             tracing::warn!(error = %status, "a message-svc replica is unreachable; its senders go to the next");
             for (next, share) in self.replicas.split(again, Queued::conversation) {

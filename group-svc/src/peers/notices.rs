@@ -80,12 +80,7 @@ impl Sink for TimelineSink {
                 .await
                 .inspect_err(|status| {
                     // The relay tries again, then with the next replica.
-                    if matches!(
-                        status.code(),
-                        tonic::Code::Unavailable | tonic::Code::Unknown
-                    ) {
-                        self.messages.down(&replica);
-                    }
+                    self.messages.unreachable(&replica, status);
                 })?;
             for refused in reply
                 .into_inner()

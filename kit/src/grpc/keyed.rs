@@ -105,6 +105,16 @@ impl Keyed {
         others
     }
 
+    /// Leaves `replica` out ([`Keyed::down`]) when `status` says a call could not reach it:
+    /// UNAVAILABLE, or UNKNOWN, as tonic reports a connection torn down mid-call. True when
+    /// another replica takes its keys meanwhile.
+    pub fn unreachable(&self, replica: &Replica, status: &tonic::Status) -> bool {
+        matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown
+        ) && self.down(replica)
+    }
+
     /// The replicas known now.
     pub fn len(&self) -> usize {
         self.members.read().len()
@@ -277,6 +287,16 @@ mod tests {
                 "the others keep their keys"
             );
         }
+        let refused = tonic::Status::invalid_argument("bad field");
+        assert!(
+            !keyed.unreachable(&shares[1].0, &refused),
+            "a refusal leaves the replica in"
+        );
+        assert_eq!(keyed.split((0..300u64).collect(), |k| *k).len(), 2);
+        let gone = tonic::Status::unavailable("connection refused");
+        assert!(keyed.unreachable(&shares[1].0, &gone));
+        let left = keyed.split((0..300u64).collect(), |k| *k);
+        assert_eq!(left.len(), 1, "an unreachable replica is left out too");
         let lone = Peers::default().keyed("127.0.0.1:1").unwrap();
         let (replica, _) = lone.split(vec![1], |k| *k).remove(0);
         assert!(!lone.down(&replica), "a lone replica is never left out");

@@ -37,12 +37,7 @@ impl SyncSink {
             let request = self.caller.request(Actor::System, AppendRequest { events });
             if let Err(status) = client.append(request).await {
                 // The relay tries again; the replica's keys go to the next one meanwhile.
-                if matches!(
-                    status.code(),
-                    tonic::Code::Unavailable | tonic::Code::Unknown
-                ) {
-                    self.replicas.down(&replica);
-                }
+                self.replicas.unreachable(&replica, &status);
                 return Err(status.into());
             }
         }
