@@ -93,16 +93,13 @@ async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>,
             Live::Users(deliveries, done) => {
                 let mut merged = Merged::default();
                 merged.add(deliveries, done);
-                while let Ok(live) = waiting.try_recv() {
-                    match live {
-                        Live::Users(more, done) => merged.add(more, done),
-                        other => {
-                            next = Some(other);
-                            break;
-                        }
+                next = gather(&mut waiting, &gauge, |live| match live {
+                    Live::Users(more, done) => {
+                        merged.add(more, done);
+                        None
                     }
-                }
-                gauge.set(waiting.len() as i64 + i64::from(next.is_some()));
+                    other => Some(other),
+                });
                 let delivered = notifier.deliver(merged.users).await;
                 for done in merged.waiting {
                     let _ = done.send(());
@@ -110,16 +107,13 @@ async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>,
                 delivered
             }
             Live::Groups(mut events) => {
-                while let Ok(live) = waiting.try_recv() {
-                    match live {
-                        Live::Groups(more) => events.extend(more),
-                        other => {
-                            next = Some(other);
-                            break;
-                        }
+                next = gather(&mut waiting, &gauge, |live| match live {
+                    Live::Groups(more) => {
+                        events.extend(more);
+                        None
                     }
-                }
-                gauge.set(waiting.len() as i64 + i64::from(next.is_some()));
+                    other => Some(other),
+                });
                 notifier.deliver_to_groups(events).await
             }
         };
@@ -127,6 +121,25 @@ async fn hand_on(mut waiting: mpsc::Receiver<Live>, notifier: Arc<dyn Notifier>,
             tracing::warn!(error = %format!("{e:#}"), "live delivery failed; devices will catch up by pulling");
         }
     }
+}
+
+/// Takes what queued behind a call while `add` takes it in (a delivery of the same kind)
+/// and counts what is left waiting; the first delivery `add` hands back goes in the call
+/// after.
+fn gather(
+    waiting: &mut mpsc::Receiver<Live>,
+    gauge: &Gauge,
+    mut add: impl FnMut(Live) -> Option<Live>,
+) -> Option<Live> {
+    let mut next = None;
+    while let Ok(live) = waiting.try_recv() {
+        next = add(live);
+        if next.is_some() {
+            break;
+        }
+    }
+    gauge.set(waiting.len() as i64 + i64::from(next.is_some()));
+    next
 }
 
 /// Deliveries of several calls as one: each user once, with their entries in the order
