@@ -17,7 +17,10 @@
 //! up`'s one-connection pools that is the writer's, so writes wait for it in the pool and
 //! go on the moment it ends, where on a connection of its own they slept in SQLite's busy
 //! handler (1, 2, 5 … ms) until they noticed. It waits at most [`RESTART_PATIENCE`] for
-//! other writers and for readers of old frames, then gives up until the next tick.
+//! other writers and for readers of old frames, then gives up, and the next RESTART waits
+//! [`RESTART_BACKOFF`]: a reader that keeps an old snapshot for long (a backup, a shell on
+//! the file) costs the writer at most the patience once in that time, where a RESTART at
+//! every tick held every write back most of the time.
 //!
 //! A tick that finds the WAL file unmodified since the last checkpoint does nothing: an
 //! idle database costs a `stat`, not a statement on another thread. File times are coarse
@@ -44,8 +47,12 @@ use sea_orm::sqlx::{
 /// every 0.7 s and those waits made the p99.
 pub(super) const RESTART_FRAMES: i64 = 16_384;
 
-/// How long a RESTART checkpoint may hold writers off while readers finish.
-const RESTART_PATIENCE: Duration = Duration::from_millis(250);
+/// How long a RESTART checkpoint may hold writers off while readers finish: the lookups
+/// of a server take well under a millisecond.
+const RESTART_PATIENCE: Duration = Duration::from_millis(20);
+
+/// How long after a RESTART that readers held off the next one may be tried.
+const RESTART_BACKOFF: Duration = Duration::from_secs(1);
 
 /// How old a WAL file's modification time must be before an unchanged time is taken to
 /// mean no write since: well past the file system's timestamp granularity.
@@ -87,6 +94,8 @@ pub(super) fn spawn(
         // When the WAL file was last written as of the last checkpoint that succeeded, once
         // that time had settled.
         let mut checkpointed: Option<SystemTime> = None;
+        // No RESTART before this (after one that readers held off).
+        let mut restart_after = tokio::time::Instant::now();
         let closed = pool.close_event();
         tokio::pin!(closed);
         loop {
@@ -108,8 +117,13 @@ pub(super) fn spawn(
                 }
             }
             let Some(open) = conn.as_mut() else { continue };
-            match checkpoint(open, &pool, restart_frames).await {
-                Ok(()) => {
+            let restart_past =
+                (tokio::time::Instant::now() >= restart_after).then_some(restart_frames);
+            match checkpoint(open, &pool, restart_past).await {
+                Ok(restarted) => {
+                    if restarted == Some(false) {
+                        restart_after = tokio::time::Instant::now() + RESTART_BACKOFF;
+                    }
                     checkpointed =
                         written.filter(|w| now.duration_since(*w).is_ok_and(|age| age >= SETTLED));
                 }
@@ -132,22 +146,24 @@ fn modified(path: &Path) -> Option<SystemTime> {
 }
 
 /// A PASSIVE checkpoint on `conn`, which copies what no reader still needs and waits for
-/// no one; then, when the WAL holds `restart_frames` or more, a RESTART one on a
-/// connection of `pool`.
+/// no one; then, when the WAL holds `restart_past` frames or more, a RESTART one on a
+/// connection of `pool`. Whether the RESTART finished, if one ran: `Some(false)` when
+/// writers or readers held it off past [`RESTART_PATIENCE`].
 async fn checkpoint(
     conn: &mut SqliteConnection,
     pool: &SqlitePool,
-    restart_frames: i64,
-) -> Result<(), sqlx::Error> {
-    let frames = wal_frames(conn, "PRAGMA wal_checkpoint(PASSIVE)").await?;
-    if frames >= restart_frames {
-        let mut writer = pool.acquire().await?;
-        busy_timeout(&mut writer, RESTART_PATIENCE).await?;
-        let restarted = wal_frames(&mut writer, "PRAGMA wal_checkpoint(RESTART)").await;
-        busy_timeout(&mut writer, super::BUSY_TIMEOUT).await?;
-        restarted?;
+    restart_past: Option<i64>,
+) -> Result<Option<bool>, sqlx::Error> {
+    let (_, frames) = wal_checkpoint(conn, "PRAGMA wal_checkpoint(PASSIVE)").await?;
+    if restart_past.is_none_or(|past| frames < past) {
+        return Ok(None);
     }
-    Ok(())
+    let mut writer = pool.acquire().await?;
+    busy_timeout(&mut writer, RESTART_PATIENCE).await?;
+    let restarted = wal_checkpoint(&mut writer, "PRAGMA wal_checkpoint(RESTART)").await;
+    busy_timeout(&mut writer, super::BUSY_TIMEOUT).await?;
+    let (blocked, _) = restarted?;
+    Ok(Some(!blocked))
 }
 
 async fn busy_timeout(conn: &mut SqliteConnection, wait: Duration) -> Result<(), sqlx::Error> {
@@ -158,10 +174,14 @@ async fn busy_timeout(conn: &mut SqliteConnection, wait: Duration) -> Result<(),
         .map(drop)
 }
 
-/// Runs the checkpoint `pragma`; returns the frames in the WAL.
-async fn wal_frames(conn: &mut SqliteConnection, pragma: &'static str) -> Result<i64, sqlx::Error> {
+/// Runs the checkpoint `pragma`; returns whether it was held off before it finished, and
+/// the frames in the WAL.
+async fn wal_checkpoint(
+    conn: &mut SqliteConnection,
+    pragma: &'static str,
+) -> Result<(bool, i64), sqlx::Error> {
     let row = sqlx::query(pragma).fetch_one(&mut *conn).await?;
-    row.try_get(1)
+    Ok((row.try_get::<i64, _>(0)? != 0, row.try_get(1)?))
 }
 
 #[cfg(test)]
@@ -282,6 +302,46 @@ mod tests {
         let insert = "PRAGMA busy_timeout = 0; INSERT INTO pages (body) VALUES (randomblob(4000))";
         let starts = wal_starts(1, 4000, insert).await;
         assert!(starts >= 3, "the WAL started over {starts} times");
+    }
+
+    #[tokio::test]
+    async fn a_reader_keeping_an_old_snapshot_holds_no_write_back_for_long() {
+        // `imesh up`'s pools: one connection, which each RESTART borrows while it waits
+        // for readers. Checkpoints every 10 ms restart past 100 frames.
+        let (db, url, _) = sqlite(3_600_000, 1).await;
+        let pool = db.get_sqlite_connection_pool().clone();
+        super::spawn(&url, pool, Duration::from_millis(10), 100).unwrap();
+        let insert = "INSERT INTO pages (body) VALUES (randomblob(4000))";
+        db.execute_unprepared(insert).await.unwrap();
+        // A reader that keeps the first commit's snapshot, as a backup or a shell would:
+        // no RESTART can finish until it lets go.
+        let mut reader = SqliteConnection::connect(&url).await.unwrap();
+        reader.execute("BEGIN").await.unwrap();
+        reader.execute("SELECT count(*) FROM pages").await.unwrap();
+        // Writes go back to back, so each RESTART that waits holds one of them back.
+        let mut waits = Vec::new();
+        let holding = std::time::Instant::now();
+        while holding.elapsed() < Duration::from_secs(1) {
+            let started = std::time::Instant::now();
+            db.execute_unprepared(insert).await.unwrap();
+            waits.push(started.elapsed());
+        }
+        reader.execute("COMMIT").await.unwrap();
+        db.close().await.unwrap();
+        // A RESTART holds the writer's connection for its patience (20 ms); one that
+        // waited 250 ms for the reader held a write back that long.
+        let slowest = waits.iter().max().copied().unwrap_or_default();
+        assert!(
+            slowest < Duration::from_millis(150),
+            "a write waited {slowest:?} behind a RESTART"
+        );
+        // After a RESTART the reader held off, the next waits a second: one at every
+        // 10 ms tick would hold back dozens of writes.
+        let held = waits
+            .iter()
+            .filter(|w| **w >= Duration::from_millis(15))
+            .count();
+        assert!(held <= 5, "{held} writes waited 15 ms or more");
     }
 
     #[tokio::test]
