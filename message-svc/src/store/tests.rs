@@ -798,7 +798,6 @@ async fn indexed(db: &sea_orm::DatabaseConnection, word: &str) -> Vec<i64> {
 
 #[tokio::test]
 async fn sqlite_indexes_for_search_behind_the_writes_taking_pending_messages_as_they_stand() {
-    use sea_orm::ConnectionTrait as _;
     let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
     let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
         .await
@@ -825,14 +824,7 @@ async fn sqlite_indexes_for_search_behind_the_writes_taking_pending_messages_as_
     store.recall("d:1:2", 3, 1, 6, event(41)).await.unwrap();
     testing::until_async("indexing empties the pending list without a search", || {
         let db = db.clone();
-        async move {
-            let pending = "SELECT count(*) AS n FROM message_search_pending";
-            let row = db.query_one_raw(sea_orm::Statement::from_string(
-                sea_orm::DatabaseBackend::Sqlite,
-                pending,
-            ));
-            row.await.unwrap().unwrap().try_get::<i64>("", "n").unwrap() == 0
-        }
+        async move { pending(&db).await == 0 }
     })
     .await;
     assert_eq!(
@@ -852,6 +844,44 @@ async fn sqlite_indexes_for_search_behind_the_writes_taking_pending_messages_as_
         "an indexed message's edit reindexes it"
     );
     assert_eq!(indexed(&db, "again").await, vec![31]);
+}
+
+#[tokio::test]
+async fn sqlite_indexes_a_backlog_larger_than_one_index_transaction_takes() {
+    let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
+    let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
+        .await
+        .unwrap();
+    let store = SqlMessageStore::new(db.clone());
+    // 600 messages: more than two index transactions' worth, written in three commits.
+    let appends: Vec<(Message, OutboxRow)> = (1..=600)
+        .map(|seq| {
+            let said = Message {
+                content: Content::Text(format!("kelp {seq}")),
+                ..message(seq, seq, &format!("k{seq}"))
+            };
+            (said, event(seq))
+        })
+        .collect();
+    let outcomes = store.append_many(&appends).await.outcomes().await;
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    testing::until_async("indexing empties the pending list without a search", || {
+        let db = db.clone();
+        async move { pending(&db).await == 0 }
+    })
+    .await;
+    assert_eq!(indexed(&db, "kelp").await, (1..=600).collect::<Vec<i64>>());
+}
+
+/// How many messages wait to be indexed for search.
+async fn pending(db: &sea_orm::DatabaseConnection) -> i64 {
+    use sea_orm::ConnectionTrait as _;
+    let sql = "SELECT count(*) AS n FROM message_search_pending";
+    let row = db.query_one_raw(sea_orm::Statement::from_string(
+        sea_orm::DatabaseBackend::Sqlite,
+        sql,
+    ));
+    row.await.unwrap().unwrap().try_get::<i64>("", "n").unwrap()
 }
 
 fn upload(key: &str, created_at_ms: i64) -> crate::domain::Upload {
