@@ -796,13 +796,18 @@ async fn indexed(db: &sea_orm::DatabaseConnection, word: &str) -> Vec<i64> {
         .collect()
 }
 
-#[tokio::test]
-async fn sqlite_indexes_for_search_behind_the_writes_taking_pending_messages_as_they_stand() {
+/// A store on a fresh SQLite database, and its connection.
+async fn sqlite_store() -> (sea_orm::DatabaseConnection, SqlMessageStore) {
     let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
     let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
         .await
         .unwrap();
-    let store = SqlMessageStore::new(db.clone());
+    (db.clone(), SqlMessageStore::new(db))
+}
+
+#[tokio::test]
+async fn sqlite_indexes_for_search_behind_the_writes_taking_pending_messages_as_they_stand() {
+    let (db, store) = sqlite_store().await;
     for (msg_id, seq, text) in [
         (31, 1, "wasabi peas"),
         (32, 2, "wasabi chips"),
@@ -848,11 +853,7 @@ async fn sqlite_indexes_for_search_behind_the_writes_taking_pending_messages_as_
 
 #[tokio::test]
 async fn sqlite_indexes_a_backlog_larger_than_one_index_transaction_takes() {
-    let config = testing::fresh_sql(testing::Backend::Sqlite).await.unwrap();
-    let db = imesh_kit::sql::connect_and_migrate::<sql::Migrator>(&config)
-        .await
-        .unwrap();
-    let store = SqlMessageStore::new(db.clone());
+    let (db, store) = sqlite_store().await;
     // 600 messages: more than two index transactions' worth, written in three commits.
     let appends: Vec<(Message, OutboxRow)> = (1..=600)
         .map(|seq| {
