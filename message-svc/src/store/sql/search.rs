@@ -97,24 +97,24 @@ pub(super) struct SearchIndex {
 /// Pending messages one index transaction takes at most (about 1 ms of the writer's time).
 const INDEX_CHUNK: u32 = 256;
 
-/// Indexes the oldest [`INDEX_CHUNK`] pending messages as they stand (an edit or recall made
-/// while pending is already in them) and takes them off the list, in one transaction (which
-/// holds the write lock throughout, so both statements see the same messages).
-fn index_chunk() -> [String; 2] {
-    let oldest =
-        format!("SELECT msg_id FROM message_search_pending ORDER BY msg_id LIMIT {INDEX_CHUNK}");
-    [
-        format!(
-            "INSERT INTO message_search(rowid, body) SELECT m.msg_id, m.body \
-             FROM ({oldest}) p JOIN messages m ON m.msg_id = p.msg_id \
-             WHERE m.kind = 1 AND m.recalled_by = 0"
-        ),
-        format!("DELETE FROM message_search_pending WHERE msg_id IN ({oldest})"),
-    ]
+/// Indexes the oldest [`INDEX_CHUNK`] pending messages up to `newest` as they stand (an edit
+/// or recall made while pending is already in them) and takes them off the list, in one
+/// transaction (which holds the write lock throughout, so both statements see the same
+/// messages).
+fn index_chunk(newest: i64) -> [Statement; 2] {
+    let oldest = format!(
+        "SELECT msg_id FROM message_search_pending WHERE msg_id <= ? \
+         ORDER BY msg_id LIMIT {INDEX_CHUNK}"
+    );
+    let insert = format!(
+        "INSERT INTO message_search(rowid, body) SELECT m.msg_id, m.body \
+         FROM ({oldest}) p JOIN messages m ON m.msg_id = p.msg_id \
+         WHERE m.kind = 1 AND m.recalled_by = 0"
+    );
+    let delete = format!("DELETE FROM message_search_pending WHERE msg_id IN ({oldest})");
+    [insert, delete]
+        .map(|sql| Statement::from_sql_and_values(DatabaseBackend::Sqlite, sql, [newest.into()]))
 }
-
-/// Whether any message waits to be indexed.
-const ANY_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM message_search_pending) AS any";
 
 impl SearchIndex {
     /// How long indexing waits after a commit, so one index transaction takes many.
@@ -148,30 +148,31 @@ impl SearchIndex {
     /// Indexes everything committed so far. Looks through `reads` first, so a search
     /// with nothing pending takes no write lock.
     pub(super) async fn catch_up(&self, reads: &DatabaseConnection) -> Result<(), StoreError> {
-        match any_pending(reads).await? {
-            true => index_pending(&self.db).await,
-            false => Ok(()),
+        match newest_pending(reads, i64::MAX).await? {
+            Some(_) => index_pending(&self.db).await,
+            None => Ok(()),
         }
     }
 }
 
-/// Indexes what is pending, a chunk a transaction, until nothing is.
+/// Indexes what is pending now, a chunk a transaction. What is committed meanwhile waits
+/// for the next run, so under a steady load a run still ends and the next one lingers.
 async fn index_pending(db: &DatabaseConnection) -> Result<(), StoreError> {
-    let statements = index_chunk().map(|sql| Statement::from_string(DatabaseBackend::Sqlite, sql));
-    loop {
-        imesh_kit::sql::commit(db, &statements).await?;
-        if !any_pending(db).await? {
-            return Ok(());
-        }
+    let mut up_to = newest_pending(db, i64::MAX).await?;
+    while let Some(newest) = up_to {
+        imesh_kit::sql::commit(db, &index_chunk(newest)).await?;
+        up_to = newest_pending(db, newest).await?;
     }
+    Ok(())
 }
 
-async fn any_pending(db: &DatabaseConnection) -> Result<bool, StoreError> {
-    let found = db
-        .query_one_raw(Statement::from_string(DatabaseBackend::Sqlite, ANY_PENDING))
-        .await?;
+/// The newest message pending at or below `up_to`.
+async fn newest_pending(db: &DatabaseConnection, up_to: i64) -> Result<Option<i64>, StoreError> {
+    let sql = "SELECT max(msg_id) AS newest FROM message_search_pending WHERE msg_id <= ?";
+    let statement = Statement::from_sql_and_values(DatabaseBackend::Sqlite, sql, [up_to.into()]);
+    let found = db.query_one_raw(statement).await?;
     Ok(found
-        .map(|row| row.try_get::<bool>("", "any"))
+        .map(|row| row.try_get::<Option<i64>>("", "newest"))
         .transpose()?
-        .unwrap_or(false))
+        .flatten())
 }
