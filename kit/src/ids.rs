@@ -18,6 +18,11 @@ use crate::error::StoreError;
 #[cfg(feature = "sql")]
 pub mod lease;
 
+/// The conversation id of a group, as message-svc names it.
+pub fn group_conversation(group_id: i64) -> String {
+    format!("g:{group_id}")
+}
+
 const EPOCH_MS: u64 = 1_704_067_200_000;
 const NODE_BITS: u32 = 10;
 pub(crate) const SEQ_BITS: u32 = 12;

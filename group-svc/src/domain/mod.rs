@@ -278,6 +278,4 @@ pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
 }
 
 /// The conversation id of a group (message-svc's naming).
-pub fn conversation_id(group_id: i64) -> String {
-    format!("g:{group_id}")
-}
+pub use imesh_kit::ids::group_conversation as conversation_id;

@@ -90,7 +90,7 @@ fn route_key(fanout: &Fanout) -> u64 {
         Some(Kind::Removed(e)) => &e.conversation_id,
         Some(Kind::Group(e)) => {
             let group = e.group.as_ref().map_or(0, |g| g.group_id);
-            return hasher.hash_one(("c", format!("g:{group}").as_str()));
+            return hasher.hash_one(("c", crate::ids::group_conversation(group).as_str()));
         }
         Some(Kind::Friendship(_) | Kind::FriendRequest(_) | Kind::Presence(_)) | None => {
             let lowest = fanout.recipient_ids.iter().min();
