@@ -24,7 +24,7 @@ use super::{
     procstat::{self, Sample},
     provision::Admin,
     report::{Latency, Receipts, Report, Server},
-    tally::{self, Arrival},
+    tally::{self, Arrival, Timing},
 };
 
 mod super_group;
@@ -348,24 +348,27 @@ async fn settle(
     Ok(())
 }
 
-/// `samples` (sent, send → push) in µs, in the order they were sent, after a line giving
-/// the run's start (what `sent` counts from) in Unix µs.
+/// `samples` in the order they were sent, after a line giving the run's start (what `sent`
+/// counts from) in Unix µs: each as `<sent µs> <send → push µs> <send → numbered µs>`, the
+/// last from message-svc's stamp in whole ms (so up to 1 ms early, and below 0 at times).
 fn write_samples(
     path: &std::path::Path,
     anchor: Instant,
-    mut samples: Vec<(u64, u64)>,
+    mut samples: Vec<Timing>,
 ) -> anyhow::Result<()> {
     use std::io::Write as _;
     samples.sort_unstable();
     let started = std::time::SystemTime::now() - anchor.elapsed();
-    let started_us = started.duration_since(std::time::UNIX_EPOCH)?.as_micros();
+    let started_us = started.duration_since(std::time::UNIX_EPOCH)?.as_micros() as i64;
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(
         out,
-        "# run started at {started_us} (Unix µs); then <sent µs> <send → push µs>"
+        "# run started at {started_us} (Unix µs); then <sent µs> <send → push µs> \
+         <send → numbered µs>"
     )?;
-    for (sent, took) in samples {
-        writeln!(out, "{sent} {took}")?;
+    for s in samples {
+        let numbered = s.numbered_ms * 1000 - (started_us + s.sent_us as i64);
+        writeln!(out, "{} {} {numbered}", s.sent_us, s.took_us)?;
     }
     out.flush()?;
     Ok(())

@@ -68,8 +68,19 @@ struct Log {
     warmed: u64,
     warmup_latency: Option<Histogram<u64>>,
     closed_by_server: Option<String>,
-    /// Each pushed delivery's (sent, send → push) in µs, when the run keeps them.
-    samples: Option<Vec<(u64, u64)>>,
+    /// Each pushed delivery, when the run keeps them.
+    samples: Option<Vec<Timing>>,
+}
+
+/// One pushed delivery, as `--latencies` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timing {
+    /// When it was sent, in µs from the run's start.
+    pub sent_us: u64,
+    /// Send → push, in µs.
+    pub took_us: u64,
+    /// When message-svc numbered it: the message's server time, in Unix ms.
+    pub numbered_ms: i64,
 }
 
 /// A device's counts at the end of a run.
@@ -81,8 +92,8 @@ pub struct Counts {
     pub reordered: u64,
     pub latency: Histogram<u64>,
     pub closed_by_server: Option<String>,
-    /// (sent, send → push) in µs of each pushed delivery, if kept (`--latencies`).
-    pub samples: Vec<(u64, u64)>,
+    /// Each pushed delivery, if kept (`--latencies`).
+    pub samples: Vec<Timing>,
 }
 
 impl Tally {
@@ -220,7 +231,11 @@ impl Tally {
                             let latency = log.latency.get_or_insert_with(histogram);
                             latency.saturating_record(took);
                             if let Some(samples) = &mut log.samples {
-                                samples.push((sent_us, took));
+                                samples.push(Timing {
+                                    sent_us,
+                                    took_us: took,
+                                    numbered_ms: m.server_time_ms,
+                                });
                             }
                         }
                     }

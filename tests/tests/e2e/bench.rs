@@ -134,15 +134,21 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     std::fs::remove_file(&samples).unwrap();
     let mut lines = written.lines();
     assert!(lines.next().unwrap().starts_with("# run started at "));
-    let rows: Vec<(u64, u64)> = lines
+    let rows: Vec<(u64, u64, i64)> = lines
         .map(|l| {
-            let (sent, took) = l.split_once(' ').unwrap();
-            (sent.parse().unwrap(), took.parse().unwrap())
+            let mut fields = l.split(' ').map(|f| f.parse::<i64>().unwrap());
+            let mut next = || fields.next().unwrap();
+            (next() as u64, next() as u64, next())
         })
         .collect();
     assert_eq!(rows.len() as u64, report.latency.count, "{written}");
     assert!(
-        rows.is_sorted() && rows.iter().all(|(_, took)| *took >= 1),
+        rows.is_sorted() && rows.iter().all(|(_, took, _)| *took >= 1),
+        "{written}"
+    );
+    // Numbered after the send (its stamp in whole ms: up to 1 ms early) and before the push.
+    assert!(
+        (rows.iter()).all(|(_, took, numbered)| (-1_000..=*took as i64).contains(numbered)),
         "{written}"
     );
     let server = report.server.as_ref().unwrap();
