@@ -353,13 +353,14 @@ mod tests {
             slowest < Duration::from_millis(150),
             "a write waited {slowest:?} behind a RESTART"
         );
-        // After a RESTART the reader held off, the next waits a second: one at every
-        // 10 ms tick would hold back dozens of writes.
+        // After a RESTART the reader held off, the next waits a second: one or two writes
+        // are held back, where a RESTART at every 10 ms tick held back 46. The bound leaves
+        // room for a busy machine's slow commits.
         let held = waits
             .iter()
             .filter(|w| **w >= Duration::from_millis(15))
             .count();
-        assert!(held <= 5, "{held} writes waited 15 ms or more");
+        assert!(held <= 12, "{held} writes waited 15 ms or more");
     }
 
     #[tokio::test]
