@@ -267,6 +267,9 @@ mod tests {
         db.close().await.unwrap();
     }
 
+    /// Commits after which a WAL that has not started over three times fails a test.
+    const COMMIT_BUDGET: u32 = 40_000;
+
     /// Commits `insert` back to back through a pool of `connections`, with checkpoints every
     /// 10 ms that restart past 100 frames (the pool's own checkpointer sleeps for an hour),
     /// until the WAL has started over three times (the checkpoint sequence number in its
@@ -276,7 +279,6 @@ mod tests {
     /// slow commit held a RESTART off past its patience, so the next waits
     /// [`RESTART_BACKOFF`].
     async fn wal_starts_over(connections: u32, insert: &str) {
-        const COMMIT_BUDGET: u32 = 40_000;
         let (db, url, file) = sqlite(3_600_000, connections).await;
         let pool = db.get_sqlite_connection_pool().clone();
         super::spawn(&url, pool, Duration::from_millis(10), 100).unwrap();

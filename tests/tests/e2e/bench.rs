@@ -148,10 +148,9 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     );
     // Numbered after the send and before the push, give or take a ms (the stamp is in
     // whole ms, and the system clock may be slewed against the monotonic one).
-    assert!(
-        (rows.iter()).all(|(_, took, numbered)| (-1_000..=*took as i64 + 1_000).contains(numbered)),
-        "{written}"
-    );
+    let between =
+        |(_, took, numbered): &(u64, u64, i64)| (-1_000..=*took as i64 + 1_000).contains(numbered);
+    assert!(rows.iter().all(between), "{written}");
     let server = report.server.as_ref().unwrap();
     assert!(
         server.with_stores_cpu_us_per_delivery >= Some(server.cpu_us_per_delivery),

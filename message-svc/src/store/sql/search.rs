@@ -148,17 +148,19 @@ impl SearchIndex {
     /// Indexes everything committed so far. Looks through `reads` first, so a search
     /// with nothing pending takes no write lock.
     pub(super) async fn catch_up(&self, reads: &DatabaseConnection) -> Result<(), StoreError> {
-        match newest_pending(reads, i64::MAX).await? {
-            Some(_) => index_pending(&self.db).await,
-            None => Ok(()),
-        }
+        let newest = newest_pending(reads, i64::MAX).await?;
+        index_up_to(&self.db, newest).await
     }
 }
 
 /// Indexes what is pending now, a chunk a transaction. What is committed meanwhile waits
 /// for the next run, so under a steady load a run still ends and the next one lingers.
 async fn index_pending(db: &DatabaseConnection) -> Result<(), StoreError> {
-    let mut up_to = newest_pending(db, i64::MAX).await?;
+    index_up_to(db, newest_pending(db, i64::MAX).await?).await
+}
+
+/// Indexes the messages pending at or below `up_to`, a chunk a transaction.
+async fn index_up_to(db: &DatabaseConnection, mut up_to: Option<i64>) -> Result<(), StoreError> {
     while let Some(newest) = up_to {
         imesh_kit::sql::commit(db, &index_chunk(newest)).await?;
         up_to = newest_pending(db, newest).await?;
