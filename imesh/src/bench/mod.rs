@@ -7,6 +7,7 @@
 //! never arrived and what arrived twice ([`tally`]). Server CPU and memory come from /proc
 //! when the server's pids are given ([`procstat`]).
 
+pub mod calls;
 pub mod client;
 mod procstat;
 mod provision;
@@ -60,6 +61,11 @@ pub struct Spec {
     /// children's included, is added to the servers' as "with the stores"; repeatable.
     #[arg(long = "store-pid")]
     pub store_pids: Vec<u32>,
+    /// A service's Prometheus page, on its gRPC port (`http://127.0.0.1:50053/metrics`):
+    /// the run reports the gRPC calls each method served a delivery, how well each hop
+    /// batched. Repeat for every service (`imesh up`'s are on 50051–50056).
+    #[arg(long = "metrics")]
+    pub metrics: Vec<String>,
     /// The whole run stops after this long, whatever is left.
     #[arg(long, default_value_t = 120)]
     pub max_secs: u64,
@@ -280,6 +286,8 @@ pub async fn run(spec: Spec, progress: bool) -> anyhow::Result<Report> {
             anyhow::bail!("{flag} {pid}: no such process on this machine to measure");
         }
     }
+    // A page that cannot be read now would fail the run at its end.
+    calls::served(&spec.metrics).await?;
     // The files are written after the run: one that cannot be must not cost the run.
     for (flag, path) in [("--json", &spec.json), ("--latencies", &spec.latencies)] {
         if let Some(path) = path {

@@ -5,7 +5,7 @@ use std::{fmt::Write as _, time::Duration};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::procstat::Sample;
+use super::{calls::Calls, procstat::Sample};
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
@@ -38,6 +38,8 @@ pub struct Report {
     /// Send → push of each conversation's first message, sent before the run.
     pub warmup: Option<Latency>,
     pub server: Option<Server>,
+    /// gRPC calls a delivery by method, most first (with `--metrics`).
+    pub calls: Vec<Calls>,
     pub receipts: Option<Receipts>,
     pub super_group: Option<SuperGroup>,
 }
@@ -228,6 +230,12 @@ impl Report {
                     }
                 ),
             ));
+        }
+        if !self.calls.is_empty() {
+            let calls: Vec<String> = (self.calls.iter())
+                .map(|c| format!("{} {:.3}", c.method, c.per_delivery))
+                .collect();
+            rows.push(("calls a delivery", calls.join(", ")));
         }
         let mut out = String::new();
         for (name, value) in rows {

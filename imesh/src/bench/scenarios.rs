@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Device, Run, Scenario,
+    Device, Run, Scenario, calls,
     procstat::{self, Sample},
     provision::Admin,
     report::{Latency, Receipts, Report, Server},
@@ -397,6 +397,7 @@ async fn drive(
     ack_cursors(devices.to_vec(), run_over.clone());
     keep_connected(run, devices, &run_over);
     let busy = sample(run);
+    let served = calls::served(&run.spec.metrics).await?;
     let sends = Sends::default();
     let sent = AtomicBool::new(false);
     let started = Instant::now();
@@ -420,6 +421,10 @@ async fn drive(
     };
     settle(run, devices, expected, &mut report).await?;
     report.rates(last.saturating_duration_since(started));
+    if !run.spec.metrics.is_empty() {
+        let after = calls::served(&run.spec.metrics).await?;
+        report.calls = calls::per_delivery(&served, &after, report.pushed + report.pulled);
+    }
     if let (Some(idle), Some(busy), Some(after)) = (idle, busy, sample(run)) {
         let deliveries = report.pushed + report.pulled;
         report.server = Some(Server::between(

@@ -17,6 +17,7 @@ fn spec(env: &TestCluster, gateway: String, scenario: Scenario) -> Spec {
         secret: INTERNAL_SECRET.into(),
         pids: vec![std::process::id()],
         store_pids: Vec::new(),
+        metrics: Vec::new(),
         max_secs: 60,
         json: None,
         latencies: None,
@@ -127,9 +128,37 @@ async fn direct_over_websocket_and_tcp_delivers_each_message_once() {
     // And each delivery's latency written out, in the order sent.
     let samples = std::env::temp_dir().join(format!("imesh-latencies-{}", std::process::id()));
     with_store.latencies = Some(samples.clone());
+    // And the calls each method served a delivery, from the servers' metrics.
+    let a = env.cluster.addrs;
+    let services = [
+        a.relation,
+        a.group,
+        a.message,
+        a.sync,
+        a.notify,
+        a.gateway_grpc,
+    ];
+    with_store.metrics = services.map(|s| format!("http://{s}/metrics")).to_vec();
     let report = imesh::bench::run(with_store, false).await.unwrap();
     assert_exact(&report);
     assert!(report.warmup.is_none());
+    let calls = |method: &str| {
+        let call = report.calls.iter().find(|c| c.method == method);
+        call.map_or(0.0, |c| c.per_delivery)
+    };
+    // A call carries one delivery or more: at most one call a delivery on each hop.
+    for method in ["SendBatch", "Append", "Push"] {
+        assert!(
+            calls(method) > 0.0 && calls(method) <= 1.0,
+            "{method}: {}",
+            report.table()
+        );
+    }
+    assert!(
+        report.table().contains("calls a delivery  "),
+        "{}",
+        report.table()
+    );
     let written = std::fs::read_to_string(&samples).unwrap();
     std::fs::remove_file(&samples).unwrap();
     let mut lines = written.lines();
@@ -335,6 +364,14 @@ async fn bad_options_are_refused_by_name_before_the_run() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("--store-pid 4194305"), "{e}");
+    // A metrics page nothing serves: refused before the run.
+    let mut unscraped = spec(&env, ws(&env), direct(1, 1, 1, false));
+    unscraped.metrics = vec!["http://127.0.0.1:9/metrics".into()];
+    let e = imesh::bench::run(unscraped, false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--metrics http://127.0.0.1:9/metrics"), "{e}");
     // Files in a folder that is not there: refused before the run, not after it.
     let nowhere = std::env::temp_dir()
         .join("imesh-no-such-folder")
