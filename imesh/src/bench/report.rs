@@ -233,7 +233,7 @@ impl Report {
         }
         if !self.calls.is_empty() {
             let calls: Vec<String> = (self.calls.iter())
-                .map(|c| format!("{} {:.3}", c.method, c.per_delivery))
+                .map(|c| format!("{} {:.4}", c.method, c.per_delivery))
                 .collect();
             rows.push(("calls a delivery", calls.join(", ")));
         }
