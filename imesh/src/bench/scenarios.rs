@@ -396,8 +396,9 @@ async fn drive(
     let run_over = CancellationToken::new();
     ack_cursors(devices.to_vec(), run_over.clone());
     keep_connected(run, devices, &run_over);
-    let busy = sample(run);
+    // The pages are read outside the CPU samples: serving them is not the run's work.
     let served = calls::served(&run.spec.metrics).await?;
+    let busy = sample(run);
     let sends = Sends::default();
     let sent = AtomicBool::new(false);
     let started = Instant::now();
@@ -421,12 +422,11 @@ async fn drive(
     };
     settle(run, devices, expected, &mut report).await?;
     report.rates(last.saturating_duration_since(started));
-    if !run.spec.metrics.is_empty() {
-        let after = calls::served(&run.spec.metrics).await?;
-        report.calls = calls::per_delivery(&served, &after, report.pushed + report.pulled);
-    }
-    if let (Some(idle), Some(busy), Some(after)) = (idle, busy, sample(run)) {
-        let deliveries = report.pushed + report.pulled;
+    let done = sample(run);
+    let deliveries = report.pushed + report.pulled;
+    let now_served = calls::served(&run.spec.metrics).await?;
+    report.calls = calls::per_delivery(&served, &now_served, deliveries);
+    if let (Some(idle), Some(busy), Some(after)) = (idle, busy, done) {
         report.server = Some(Server::between(
             idle,
             busy,
