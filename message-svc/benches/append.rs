@@ -27,15 +27,21 @@ use message_svc::{
 const PAIRS: i64 = 250;
 
 /// Hands out each pair's next message, the pairs in turn.
-#[derive(Default)]
 struct Traffic {
     sent: i64,
-    seqs: Vec<i64>,
+    /// Each pair's last seq.
+    seqs: [i64; PAIRS as usize],
 }
 
 impl Traffic {
+    fn new() -> Self {
+        Self {
+            sent: 0,
+            seqs: [0; PAIRS as usize],
+        }
+    }
+
     fn next(&mut self) -> (Message, OutboxRow) {
-        self.seqs.resize(PAIRS as usize, 0);
         self.sent += 1;
         let pair = self.sent % PAIRS;
         let (a, b) = (pair * 2 + 1, pair * 2 + 2);
@@ -89,7 +95,7 @@ fn benches(c: &mut Criterion) {
             let store = SqlMessageStore::new(db.clone()).reading_from(reads);
             (store, SqlOutbox::new(db, OUTBOX_TABLE))
         });
-        let mut traffic = Traffic::default();
+        let mut traffic = Traffic::new();
         let mut g = c.benchmark_group(format!("direct appends/{backend:?}"));
         for batch in [1usize, 16, 256] {
             g.throughput(Throughput::Elements(batch as u64));
